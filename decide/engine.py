@@ -1,0 +1,117 @@
+"""The engine: plan (pure) → read (the only step that touches a model) → assemble (pure)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from decide.errors import RequestTooLarge
+from decide.labels import Tokenizer, pick_labels
+from decide.profile import Profile
+from decide.protocol import DecisionRequest
+from decide.questions import Question, ScoreQuestion
+from decide.readout import Answer, answer
+from decide.rows import Row, RowBuilder, RowPlan, is_isolated
+
+
+class LabelReader(Protocol):
+    """The engine's whole view of a loaded model."""
+
+    def read(self, prefix: Sequence[int], rows: Sequence[Row]) -> list[list[float]]:
+        """Logits of each row's ``label_ids`` at its answer slot, in row order.
+
+        The prefix is decoded once; each row's suffix is decoded on its own copy of it, so a
+        row's numbers depend only on (prefix, row).
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class Limits:
+    """SPEC §2.4, checked before anything is decoded or queued."""
+
+    max_rows: int = 1024
+    max_row_tokens: int = 36_864
+    max_request_row_tokens: int = 1_048_576
+
+
+@dataclass(frozen=True)
+class Decision:
+    model: str
+    answers: dict[str, Answer]
+    input_tokens: int
+    timings: dict[str, float] = field(default_factory=dict, compare=False)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"model": self.model,
+                "answers": {key: value.to_wire() for key, value in self.answers.items()},
+                "usage": {"input_tokens": self.input_tokens, "output_tokens": 0}}
+
+
+def row_count(questions: Sequence[Question], profile: Profile) -> int:
+    """Rows a request needs, known before any tokenization."""
+    return sum(len(q.levels) if isinstance(q, ScoreQuestion) and is_isolated(q, profile) else 1
+               for q in questions)
+
+
+class Engine:
+    """Decisions for one model: its name, vocabulary, profile, context window and reader."""
+
+    def __init__(self, model_name: str, tokenizer: Tokenizer, reader: LabelReader | None,
+                 profile: Profile, context_window: int, limits: Limits | None = None) -> None:
+        self.model_name = model_name
+        self.profile = profile
+        self.context_window = context_window
+        self.limits = limits or Limits()
+        self._reader = reader
+        self._rows = RowBuilder(tokenizer, pick_labels(tokenizer, model_name), profile)
+
+    def plan(self, request: DecisionRequest) -> RowPlan:
+        """Rows and tokens of a request; raises ``RequestTooLarge`` over any limit."""
+        rows = row_count(request.questions, self.profile)
+        if rows > self.limits.max_rows:
+            raise RequestTooLarge(
+                f"the request needs {rows:,} rows and at most {self.limits.max_rows:,} are "
+                "allowed (one per choice or noul question, one per level of an isolated score)")
+        plan = self._rows.plan(request.state, request.questions)
+        self._check_tokens(plan)
+        return plan
+
+    def _check_tokens(self, plan: RowPlan) -> None:
+        longest = max(plan.rows, key=plan.row_tokens)
+        length = plan.row_tokens(longest)
+        if length > self.limits.max_row_tokens or length > self.context_window:
+            raise RequestTooLarge(
+                f"the row of question {longest.question_id!r} is {length:,} tokens; a row may "
+                f"have at most {min(self.limits.max_row_tokens, self.context_window):,} "
+                f"(model {self.model_name!r} has a context window of "
+                f"{self.context_window:,} tokens)")
+        total = plan.row_token_total
+        if total > self.limits.max_request_row_tokens:
+            raise RequestTooLarge(
+                f"the request's rows hold {total:,} tokens in all (the state counted in every "
+                f"row) and at most {self.limits.max_request_row_tokens:,} are allowed")
+
+    def decide(self, request: DecisionRequest) -> Decision:
+        if self._reader is None:
+            raise RuntimeError(f"engine for {self.model_name!r} was built without a reader")
+        started = time.perf_counter()
+        plan = self.plan(request)
+        planned = time.perf_counter()
+        logits = self._reader.read(plan.prefix, plan.rows)
+        decoded = time.perf_counter()
+        answers = assemble(request.questions, plan, logits, self.profile)
+        return Decision(model=self.model_name, answers=answers, input_tokens=plan.input_tokens,
+                        timings={"plan_ms": (planned - started) * 1000,
+                                 "decode_ms": (decoded - planned) * 1000})
+
+
+def assemble(questions: Sequence[Question], plan: RowPlan, logits: Sequence[Sequence[float]],
+             profile: Profile) -> dict[str, Answer]:
+    """Answers in request order from the label logits of every row of the plan."""
+    by_question: dict[str, list[Sequence[float]]] = {}
+    for row, row_logits in zip(plan.rows, logits, strict=True):
+        by_question.setdefault(row.question_id, []).append(row_logits)
+    return {q.id: answer(q, by_question[q.id], profile) for q in questions}

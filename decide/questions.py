@@ -1,0 +1,275 @@
+"""Questions as the core sees them, parsed from the wire with errors that name the field.
+
+Parsing collects every problem it finds (not only the first), each with the 422 ``loc`` of
+SPEC §2.3 relative to the body, e.g. ``("questions", "department", "criteria")``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from decide.errors import FieldError, InvalidRequest, Loc
+from decide.render import text_of
+
+QuestionType = Literal["choice", "noul", "score"]
+QUESTION_TYPES: tuple[QuestionType, ...] = ("choice", "noul", "score")
+MIN_OPTIONS, MAX_OPTIONS = 2, 255
+MIN_LEVELS, MAX_LEVELS = 2, 10
+NOUL_QUESTION = "Which answer fits the context?"
+
+
+@dataclass(frozen=True)
+class Option:
+    """A named option; ``description`` is already rendered to text (None when not given)."""
+
+    name: str
+    description: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The option as the prompt lists it: ``name`` or ``name: description``."""
+        return self.name if self.description is None else f"{self.name}: {self.description}"
+
+
+@dataclass(frozen=True)
+class ChoiceQuestion:
+    id: str
+    instructions: str
+    options: tuple[Option, ...]
+    type: QuestionType = "choice"
+
+
+@dataclass(frozen=True)
+class NoulQuestion:
+    id: str
+    instructions: str | None
+    when_true: str | None = None
+    when_false: str | None = None
+    type: QuestionType = "noul"
+
+
+@dataclass(frozen=True)
+class ScoreQuestion:
+    id: str
+    instructions: str
+    levels: tuple[str, ...]
+    isolated: bool | None = None
+    """The question's own ``isolated`` flag; None leaves it to the model's profile."""
+    type: QuestionType = "score"
+
+
+Question = ChoiceQuestion | NoulQuestion | ScoreQuestion
+
+_TEXT_ALLOWED = "a string, an object or an array"
+
+
+class Collector:
+    """Gathers field errors while a request is parsed."""
+
+    def __init__(self) -> None:
+        self.errors: list[FieldError] = []
+
+    def add(self, loc: Loc, msg: str, kind: str = "value_error") -> None:
+        self.errors.append(FieldError(loc=loc, msg=msg, type=kind))
+
+    def text(self, value: Any, loc: Loc, what: str) -> str | None:
+        """A string, object or array rendered to text; anything else is an error."""
+        if isinstance(value, (str, dict, list)):
+            return text_of(value)
+        self.add(loc, f"{what} must be {_TEXT_ALLOWED}, not {json_kind(value)}", "type_error")
+        return None
+
+
+def json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _nonblank(text: str | None) -> str | None:
+    return text if text else None
+
+
+def parse_questions(raw: Any, errors: Collector) -> tuple[Question, ...]:
+    """``questions`` of a request: an object of 1 or more questions keyed by the caller's ids."""
+    loc: Loc = ("questions",)
+    if raw is None:
+        errors.add(loc, "Field required: questions must be an object of 1 or more questions",
+                   "missing")
+        return ()
+    if not isinstance(raw, dict):
+        errors.add(loc, f"questions must be an object of questions keyed by id, "
+                        f"not {json_kind(raw)}", "dict_type")
+        return ()
+    if not raw:
+        errors.add(loc, "questions must hold at least 1 question", "too_short")
+        return ()
+    parsed = []
+    for question_id, body in raw.items():
+        question = parse_question(question_id, body, errors)
+        if question is not None:
+            parsed.append(question)
+    return tuple(parsed)
+
+
+def parse_question(question_id: str, body: Any, errors: Collector) -> Question | None:
+    loc: Loc = ("questions", question_id)
+    if question_id == "":
+        errors.add(loc, "a question id must be a non-empty string")
+        return None
+    if not isinstance(body, dict):
+        errors.add(loc, f"a question must be an object, not {json_kind(body)}", "dict_type")
+        return None
+    kind = body.get("type")
+    if kind not in QUESTION_TYPES:
+        shown = "missing" if "type" not in body else repr(kind)
+        errors.add((*loc, "type"), f"type must be one of 'choice', 'noul', 'score' ({shown})",
+                   "literal_error")
+        return None
+    before = len(errors.errors)
+    instructions = None
+    if body.get("instructions") is not None:
+        instructions = _nonblank(errors.text(body["instructions"], (*loc, "instructions"),
+                                             "instructions"))
+    parser = {"choice": _parse_choice, "noul": _parse_noul, "score": _parse_score}[kind]
+    question = parser(question_id, body, instructions, errors)
+    return question if len(errors.errors) == before else None
+
+
+def _require_instructions(instructions: str | None, body: dict, loc: Loc,
+                          errors: Collector, kind: str) -> None:
+    """Choice and score questions need instructions; a wrong type was reported already."""
+    if instructions is not None:
+        return
+    raw = body.get("instructions")
+    if raw is None:
+        errors.add((*loc, "instructions"),
+                   f"Field required: a {kind} question needs instructions ({_TEXT_ALLOWED})",
+                   "missing")
+    elif raw == "":
+        errors.add((*loc, "instructions"), "instructions must not be empty", "string_too_short")
+
+
+def _parse_choice(question_id: str, body: dict, instructions: str | None,
+                  errors: Collector) -> ChoiceQuestion | None:
+    loc: Loc = ("questions", question_id)
+    _require_instructions(instructions, body, loc, errors, "choice")
+    options = _parse_options(body.get("criteria"), (*loc, "criteria"), errors)
+    if instructions is None or options is None:
+        return None
+    return ChoiceQuestion(id=question_id, instructions=instructions, options=options)
+
+
+def _parse_options(raw: Any, loc: Loc, errors: Collector) -> tuple[Option, ...] | None:
+    allowed = (f"criteria must be an object {{name: description or null}} or a list of "
+               f"{MIN_OPTIONS} to {MAX_OPTIONS} distinct option names")
+    if isinstance(raw, dict):
+        pairs = list(raw.items())
+    elif isinstance(raw, list):
+        pairs = [(name, None) for name in raw]
+    else:
+        shown = "it is missing" if raw is None else f"not {json_kind(raw)}"
+        errors.add(loc, f"{allowed}; {shown}", "missing" if raw is None else "type_error")
+        return None
+    if not MIN_OPTIONS <= len(pairs) <= MAX_OPTIONS:
+        errors.add(loc, f"{allowed}; it has {len(pairs)}",
+                   "too_short" if len(pairs) < MIN_OPTIONS else "too_long")
+        return None
+    options, seen, ok = [], set(), True
+    for index, (name, description) in enumerate(pairs):
+        name_loc = (*loc, index) if isinstance(raw, list) else (*loc, name)
+        if not isinstance(name, str) or not name:
+            errors.add(name_loc, "an option name must be a non-empty string", "string_type")
+            ok = False
+            continue
+        if name in seen:
+            errors.add(name_loc, f"option names must be distinct; {name!r} appears twice")
+            ok = False
+            continue
+        seen.add(name)
+        text = None
+        if description is not None:
+            text = errors.text(description, name_loc, "an option description")
+            ok = ok and text is not None
+        options.append(Option(name=name, description=text))
+    return tuple(options) if ok else None
+
+
+def _parse_noul(question_id: str, body: dict, instructions: str | None,
+                errors: Collector) -> NoulQuestion | None:
+    loc: Loc = ("questions", question_id)
+    criteria = body.get("criteria")
+    when_true = when_false = None
+    if criteria is not None:
+        if not isinstance(criteria, dict):
+            errors.add((*loc, "criteria"), "noul criteria must be null or an object with "
+                       f"'true' and/or 'false', not {json_kind(criteria)}", "dict_type")
+            return None
+        unknown = [key for key in criteria if key not in ("true", "false")]
+        for key in unknown:
+            errors.add((*loc, "criteria", key), "noul criteria may only have the keys "
+                       "'true' and 'false'", "extra_forbidden")
+        if criteria.get("true") is not None:
+            when_true = errors.text(criteria["true"], (*loc, "criteria", "true"),
+                                    "criteria.true")
+        if criteria.get("false") is not None:
+            when_false = errors.text(criteria["false"], (*loc, "criteria", "false"),
+                                     "criteria.false")
+        if unknown:
+            return None
+    if instructions is None and when_true is None and when_false is None:
+        errors.add((*loc, "instructions"), "Field required: a noul question needs instructions "
+                   "unless criteria describes 'true' or 'false'", "missing")
+        return None
+    return NoulQuestion(id=question_id, instructions=instructions,
+                        when_true=when_true, when_false=when_false)
+
+
+def _parse_score(question_id: str, body: dict, instructions: str | None,
+                 errors: Collector) -> ScoreQuestion | None:
+    loc: Loc = ("questions", question_id)
+    _require_instructions(instructions, body, loc, errors, "score")
+    raw = body.get("criteria")
+    allowed = (f"score criteria must be a list of {MIN_LEVELS} to {MAX_LEVELS} level "
+               "descriptions, lowest first")
+    levels: list[str] | None = None
+    if isinstance(raw, dict):
+        errors.add((*loc, "criteria"), f"{allowed}; a map of levels is not accepted",
+                   "list_type")
+    elif not isinstance(raw, list):
+        shown = "it is missing" if raw is None else f"not {json_kind(raw)}"
+        errors.add((*loc, "criteria"), f"{allowed}; {shown}",
+                   "missing" if raw is None else "list_type")
+    elif not MIN_LEVELS <= len(raw) <= MAX_LEVELS:
+        errors.add((*loc, "criteria"), f"{allowed}; it has {len(raw)}",
+                   "too_short" if len(raw) < MIN_LEVELS else "too_long")
+    else:
+        rendered = [errors.text(level, (*loc, "criteria", index), "a level description")
+                    for index, level in enumerate(raw)]
+        if all(text is not None for text in rendered):
+            levels = [text for text in rendered if text is not None]
+    isolated = body.get("isolated")
+    if isolated is not None and not isinstance(isolated, bool):
+        errors.add((*loc, "isolated"), "isolated must be true, false or null", "bool_type")
+        return None
+    if instructions is None or levels is None:
+        return None
+    return ScoreQuestion(id=question_id, instructions=instructions, levels=tuple(levels),
+                         isolated=isolated)
+
+
+def raise_if_any(errors: Collector) -> None:
+    if errors.errors:
+        raise InvalidRequest(errors=list(errors.errors))
+

@@ -1,0 +1,163 @@
+"""From label logits to answers (SPEC §2.2, §3.4, §3.5): pure arithmetic, no I/O."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from decide.profile import Profile
+from decide.questions import ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
+
+PROBABILITY_DECIMALS = 4
+SCORE_DECIMALS = 2
+ZERO_FIT_MASS = 1e-9
+
+
+def softmax(logits: Sequence[float], temperature: float = 1.0) -> list[float]:
+    """Softmax of ``logits / temperature`` in double precision, stable against overflow."""
+    scaled = [float(value) / temperature for value in logits]
+    top = max(scaled)
+    weights = [math.exp(value - top) for value in scaled]
+    total = math.fsum(weights)
+    return [weight / total for weight in weights]
+
+
+def round_probability(value: float) -> float:
+    return round(value, PROBABILITY_DECIMALS)
+
+
+def first_max_index(values: Sequence[float]) -> int:
+    """Index of the largest value, the first one on a tie."""
+    best = 0
+    for index, value in enumerate(values):
+        if value > values[best]:
+            best = index
+    return best
+
+
+def choice_confidence(probabilities: Sequence[float]) -> float:
+    """``clip((n·p_max − 1)/(n − 1), 0, 1)``."""
+    n = len(probabilities)
+    return _clip((n * max(probabilities) - 1) / (n - 1))
+
+
+def score_confidence(probabilities: Sequence[float]) -> float:
+    """``clip(1 − spread/uniform, 0, 1)`` around the most probable level k."""
+    n = len(probabilities)
+    k = first_max_index(probabilities)
+    spread = math.fsum(p * abs(i - k) for i, p in enumerate(probabilities))
+    uniform = math.fsum(abs(i - (n - 1) / 2) for i in range(n)) / n
+    return _clip(1 - spread / uniform)
+
+
+def certainty(probabilities: Sequence[float]) -> float:
+    """``max(0, 1 − H/ln n)`` with H the entropy in nats."""
+    entropy = -math.fsum(p * math.log(p) for p in probabilities if p > 0)
+    return max(0.0, 1 - entropy / math.log(len(probabilities)))
+
+
+def expected_level(probabilities: Sequence[float]) -> float:
+    return math.fsum(i * p for i, p in enumerate(probabilities))
+
+
+def _clip(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+@dataclass(frozen=True)
+class ChoiceAnswer:
+    choice: str
+    probabilities: dict[str, float]
+    confidence: float
+    p_max: float
+    certainty: float
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "choice", "choice": self.choice, "confidence": self.confidence,
+                "probabilities": dict(self.probabilities), "x_p_max": self.p_max,
+                "x_certainty": self.certainty}
+
+
+@dataclass(frozen=True)
+class NoulAnswer:
+    noul: float
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "noul", "noul": self.noul}
+
+
+@dataclass(frozen=True)
+class ScoreAnswer:
+    score: float
+    confidence: float
+    legend: dict[str, str]
+    probabilities: dict[str, float]
+    p_max: float
+    certainty: float
+    level_fit: dict[str, float] | None = None
+    fit_mass: float | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {
+            "type": "score", "score": self.score, "confidence": self.confidence,
+            "legend": dict(self.legend), "probabilities": dict(self.probabilities),
+            "x_p_max": self.p_max, "x_certainty": self.certainty}
+        if self.level_fit is not None:
+            wire["x_level_fit"] = dict(self.level_fit)
+            wire["x_fit_mass"] = self.fit_mass
+        return wire
+
+
+Answer = ChoiceAnswer | NoulAnswer | ScoreAnswer
+
+
+def choice_answer(names: Sequence[str], probabilities: Sequence[float]) -> ChoiceAnswer:
+    """The pick is the first largest of the rounded probabilities, so it agrees with the wire."""
+    rounded = [round_probability(p) for p in probabilities]
+    return ChoiceAnswer(
+        choice=names[first_max_index(rounded)],
+        probabilities=dict(zip(names, rounded)),
+        confidence=round_probability(choice_confidence(probabilities)),
+        p_max=max(rounded),
+        certainty=round_probability(certainty(probabilities)),
+    )
+
+
+def score_answer(levels: Sequence[str], probabilities: Sequence[float],
+                 fits: Sequence[float] | None = None) -> ScoreAnswer:
+    keys = [str(index) for index in range(len(levels))]
+    rounded = [round_probability(p) for p in probabilities]
+    return ScoreAnswer(
+        score=round(expected_level(probabilities), SCORE_DECIMALS),
+        confidence=round_probability(score_confidence(probabilities)),
+        legend=dict(zip(keys, levels)),
+        probabilities=dict(zip(keys, rounded)),
+        p_max=max(rounded),
+        certainty=round_probability(certainty(probabilities)),
+        level_fit=None if fits is None else dict(zip(keys, map(round_probability, fits))),
+        fit_mass=None if fits is None else round_probability(math.fsum(fits)),
+    )
+
+
+def normalise_fits(fits: Sequence[float]) -> list[float]:
+    """Isolated levels: fits scaled to sum 1; a zero total counts as 1e-9."""
+    total = math.fsum(fits) or ZERO_FIT_MASS
+    return [fit / total for fit in fits]
+
+
+def answer(question: Question, row_logits: Sequence[Sequence[float]],
+           profile: Profile) -> Answer:
+    """Assemble one question's answer from the label logits of its rows, in row order."""
+    temperature = profile.temperature_for(question.type)
+    if isinstance(question, NoulQuestion):
+        return NoulAnswer(noul=round_probability(softmax(row_logits[0], temperature)[1]))
+    if isinstance(question, ChoiceQuestion):
+        names = [option.name for option in question.options]
+        return choice_answer(names, softmax(row_logits[0], temperature))
+    assert isinstance(question, ScoreQuestion)
+    if len(row_logits) == 1:
+        return score_answer(question.levels, softmax(row_logits[0], temperature))
+    fits = [softmax(logits, temperature)[1] for logits in row_logits]
+    return score_answer(question.levels, normalise_fits(fits), fits)

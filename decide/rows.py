@@ -1,0 +1,145 @@
+"""Prompt rows and their token plan, to the byte of SPEC §3.1-3.5.
+
+A row is ``prefix + suffix``: the prefix (BOS, ``"Context:\\n" + state``) is shared by every
+row of a request; the suffix (the question piece, ending in the open answer slot) is each
+row's own. The engine decodes the prefix once and each suffix on its own copy of it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from decide.labels import Labels, Tokenizer
+from decide.profile import Profile
+from decide.questions import NOUL_QUESTION, ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
+from decide.render import state_text
+
+CONTEXT_HEAD = "Context:\n"
+ANSWER_SLOT = "\nAnswer: ("
+WHOLE_PIECE_MAX_OPTIONS = 10
+"""Up to this many options the question piece is one tokenization; beyond, labels are spliced."""
+_LEVEL_NUMBER = re.compile(r"^\d+:\s*")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One prompt the model reads; ``level`` is set for an isolated score level's row."""
+
+    question_id: str
+    suffix_text: str
+    suffix: tuple[int, ...]
+    label_ids: tuple[int, ...]
+    level: int | None = None
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """Every row of a request over one shared state prefix."""
+
+    state_text: str
+    prefix: tuple[int, ...]
+    rows: tuple[Row, ...]
+
+    @property
+    def prefix_text(self) -> str:
+        return CONTEXT_HEAD + self.state_text
+
+    def row_text(self, row: Row) -> str:
+        return self.prefix_text + row.suffix_text
+
+    def row_tokens(self, row: Row) -> int:
+        return len(self.prefix) + len(row.suffix)
+
+    @property
+    def input_tokens(self) -> int:
+        """Tokens the model reads: the shared state once, then every suffix."""
+        return len(self.prefix) + sum(len(row.suffix) for row in self.rows)
+
+    @property
+    def row_token_total(self) -> int:
+        """Sum of whole row lengths, the state counted in each row (the §2.4 request limit)."""
+        return sum(self.row_tokens(row) for row in self.rows)
+
+    def rows_of(self, question_id: str) -> list[Row]:
+        return [row for row in self.rows if row.question_id == question_id]
+
+
+def question_text(question: Question) -> str:
+    """The text after ``Question: `` for a question's (first) row."""
+    if isinstance(question, NoulQuestion):
+        return question.instructions or NOUL_QUESTION
+    return question.instructions
+
+
+def listed_options(question: Question) -> list[str]:
+    """The option lines of a question's single row (choice, noul or listwise score)."""
+    if isinstance(question, ChoiceQuestion):
+        return [option.text for option in question.options]
+    if isinstance(question, NoulQuestion):
+        return [_described("no", question.when_false), _described("yes", question.when_true)]
+    return [f"{index}: {level}" for index, level in enumerate(question.levels)]
+
+
+def _described(name: str, description: str | None) -> str:
+    return name if description is None else f"{name}: {description}"
+
+
+def is_isolated(question: ScoreQuestion, profile: Profile) -> bool:
+    """A question's explicit ``isolated`` wins; otherwise the profile decides."""
+    return profile.isolated_levels if question.isolated is None else question.isolated
+
+
+def level_question(instructions: str, level: str) -> str:
+    """The question of one isolated score level's yes/no row (SPEC §3.5)."""
+    bare = _LEVEL_NUMBER.sub("", level, count=1)
+    return f"{instructions}\nProposed answer: {bare}\nDoes the proposed answer fit?"
+
+
+class RowBuilder:
+    """Turns questions into rows for one model's tokenizer and labels."""
+
+    def __init__(self, tokenizer: Tokenizer, labels: Labels, profile: Profile) -> None:
+        self._tokenizer = tokenizer
+        self._labels = labels
+        self._profile = profile
+        self._open_label = tuple(tokenizer.tokenize("\n("))
+        self._slot = tuple(tokenizer.tokenize(ANSWER_SLOT))
+
+    def plan(self, state: object, questions: tuple[Question, ...]) -> RowPlan:
+        text = state_text(state)
+        bos = self._tokenizer.bos_id
+        prefix = ((bos,) if bos is not None else ()) + tuple(
+            self._tokenizer.tokenize(CONTEXT_HEAD + text))
+        rows = [row for question in questions for row in self.rows_for(question)]
+        return RowPlan(state_text=text, prefix=prefix, rows=tuple(rows))
+
+    def rows_for(self, question: Question) -> list[Row]:
+        if isinstance(question, ScoreQuestion) and is_isolated(question, self._profile):
+            return [self._row(question.id, level_question(question.instructions, level),
+                              ["no", "yes"], level=index)
+                    for index, level in enumerate(question.levels)]
+        return [self._row(question.id, question_text(question), listed_options(question))]
+
+    def _row(self, question_id: str, question: str, options: list[str],
+             level: int | None = None) -> Row:
+        labels = self._labels.texts[:len(options)]
+        head = f"\n\nQuestion: {question}\nOptions:"
+        text = head + "".join(f"\n({label}) {option}" for label, option in zip(labels, options))
+        text += ANSWER_SLOT
+        if len(options) <= WHOLE_PIECE_MAX_OPTIONS:
+            suffix = tuple(self._tokenizer.tokenize(text))
+        else:
+            suffix = self._spliced(head, options)
+        return Row(question_id=question_id, suffix_text=text, suffix=suffix,
+                   label_ids=self._labels.ids[:len(options)], level=level)
+
+    def _spliced(self, head: str, options: list[str]) -> tuple[int, ...]:
+        """Tokens of a many-option piece with each label kept as its single token."""
+        tokens = list(self._tokenizer.tokenize(head))
+        for label_id, option in zip(self._labels.ids, options):
+            tokens += self._open_label
+            tokens.append(label_id)
+            tokens += self._tokenizer.tokenize(f") {option}")
+        tokens += self._slot
+        return tuple(tokens)

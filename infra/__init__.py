@@ -1,0 +1,1 @@
+"""Settings and model configuration (and, later, storage, queues and metrics)."""

@@ -1,0 +1,51 @@
+"""Stand-ins for pure-logic unit tests: a readable tokenizer and a recording reader."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from decide.rows import Row
+
+BOS = 2
+_PIECE = re.compile(r"[A-Z]{1,2}(?![A-Z])|[A-Z]{2}|.", re.DOTALL)
+
+
+def letter_token(text: str) -> int:
+    """Runs of one or two capitals are single tokens: ``A`` → 1000, ``AB`` → 2001."""
+    if len(text) == 1:
+        return 1000 + ord(text) - 65
+    return 2000 + (ord(text[0]) - 65) * 26 + ord(text[1]) - 65
+
+
+class FakeTokenizer:
+    """Characters are tokens (their code point); runs of 1-2 capital letters are one token."""
+
+    def __init__(self, bos: int | None = BOS) -> None:
+        self._bos = bos
+        self.calls: list[str] = []
+
+    @property
+    def bos_id(self) -> int | None:
+        return self._bos
+
+    def tokenize(self, text: str) -> list[int]:
+        self.calls.append(text)
+        return [letter_token(piece) if piece.isupper() and piece.isascii() else ord(piece)
+                for piece in _PIECE.findall(text)]
+
+
+class RecordingReader:
+    """Returns given logits per row and records every (prefix, suffix) it was asked to read."""
+
+    def __init__(self, logits_for: dict[str, list[list[float]]] | None = None) -> None:
+        self.logits_for = logits_for or {}
+        self.reads: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+
+    def read(self, prefix: Sequence[int], rows: Sequence[Row]) -> list[list[float]]:
+        out = []
+        for row in rows:
+            self.reads.append((tuple(prefix), row.suffix))
+            queue = self.logits_for.get(row.question_id)
+            out.append(queue.pop(0) if queue else [0.0] * len(row.label_ids))
+        return out

@@ -1,0 +1,93 @@
+"""SPEC §3.7 on the real model: a question's answer depends only on (state, question)."""
+
+from __future__ import annotations
+
+import pytest
+
+from decide.protocol import parse_request
+
+pytestmark = pytest.mark.model
+
+TICKET = "My card was charged twice for order A-104. Please refund the duplicate."
+DEPARTMENT = {"type": "choice", "instructions": "Which department should handle this?",
+              "criteria": {"billing": "money that moved", "technical": None, "sales": None}}
+REFUND = {"type": "noul", "instructions": "Does the customer ask for a refund?"}
+URGENCY = {"type": "score", "instructions": "How urgent is it?",
+           "criteria": ["can wait", "needs an answer today", "blocks the customer now"]}
+ISOLATED = {**URGENCY, "isolated": True}
+
+
+def logits_of(loaded, state, questions: dict, wanted: str) -> list[list[float]]:
+    """The raw label logits of one question's rows, as the reader returned them."""
+    engine = loaded.engine
+    request = parse_request({"state": state, "questions": questions})
+    plan = engine.plan(request)
+    logits = loaded.reader.read(plan.prefix, plan.rows)
+    return [row_logits for row, row_logits in zip(plan.rows, logits)
+            if row.question_id == wanted]
+
+
+def answer_of(loaded, state, questions: dict, wanted: str) -> dict:
+    request = parse_request({"state": state, "questions": questions})
+    return loaded.engine.decide(request).to_wire()["answers"][wanted]
+
+
+@pytest.mark.parametrize("question", [DEPARTMENT, REFUND, URGENCY, ISOLATED])
+def test_bits_do_not_depend_on_neighbours_order_or_id(default_engine, question):
+    alone = logits_of(default_engine, TICKET, {"x": question}, "x")
+    crowded = logits_of(default_engine, TICKET,
+                        {"a": REFUND, "b": URGENCY, "x": question, "c": DEPARTMENT}, "x")
+    first = logits_of(default_engine, TICKET,
+                      {"x": question, "c": DEPARTMENT, "a": ISOLATED}, "x")
+    renamed = logits_of(default_engine, TICKET, {"another id ✨": question, "b": REFUND},
+                        "another id ✨")
+    assert alone == crowded == first == renamed  # exact float equality: the same bits
+
+
+def test_bits_do_not_depend_on_the_request_before(default_engine):
+    fresh = logits_of(default_engine, TICKET, {"x": DEPARTMENT}, "x")
+    logits_of(default_engine, "A very different state " * 40, {"y": URGENCY}, "y")
+    after_other = logits_of(default_engine, TICKET, {"x": DEPARTMENT}, "x")
+    cached = logits_of(default_engine, TICKET, {"x": DEPARTMENT}, "x")  # prefix reused
+    assert fresh == after_other == cached
+
+
+def test_json_state_answers_are_reproducible_too(default_engine):
+    state = {"customer": {"name": "Ana", "tier": "gold"},
+             "events": [{"kind": "charge", "amount": 20 + i} for i in range(9)]}
+    alone = answer_of(default_engine, state, {"r": REFUND}, "r")
+    crowded = answer_of(default_engine, state, {"d": DEPARTMENT, "r": REFUND}, "r")
+    assert alone == crowded
+
+
+def test_answers_are_well_formed_on_the_real_model(default_engine):
+    request = parse_request({"state": TICKET, "questions": {
+        "department": DEPARTMENT, "refund": REFUND, "urgency": URGENCY, "iso": ISOLATED}})
+    wire = default_engine.engine.decide(request).to_wire()
+    answers = wire["answers"]
+    assert list(answers) == ["department", "refund", "urgency", "iso"]
+    assert set(answers["department"]["probabilities"]) == {"billing", "technical", "sales"}
+    assert abs(sum(answers["department"]["probabilities"].values()) - 1) < 1e-3
+    assert 0 <= answers["refund"]["noul"] <= 1
+    assert 0 <= answers["urgency"]["score"] <= 2
+    assert set(answers["iso"]) >= {"x_level_fit", "x_fit_mass"}
+    assert wire["model"] == "gemma-3-270m"
+    assert wire["usage"]["output_tokens"] == 0
+    plan = default_engine.engine.plan(request)
+    assert wire["usage"]["input_tokens"] == plan.input_tokens
+    assert plan.input_tokens == len(plan.prefix) + sum(len(row.suffix) for row in plan.rows)
+
+
+@pytest.mark.parametrize("count", [11, 255])
+def test_many_options_keep_each_label_a_single_token(default_engine, count):
+    names = [f"team {i}" for i in range(count)]
+    request = parse_request({"state": TICKET, "questions": {
+        "route": {"type": "choice", "instructions": "Which team?", "criteria": names}}})
+    plan = default_engine.engine.plan(request)
+    row = plan.rows[0]
+    assert len(row.label_ids) == count
+    for label_id in row.label_ids:
+        assert label_id in row.suffix  # each label token sits in the row as itself
+    answer = default_engine.engine.decide(request).to_wire()["answers"]["route"]
+    assert list(answer["probabilities"]) == names
+    assert abs(sum(answer["probabilities"].values()) - 1) < 0.02

@@ -1,0 +1,111 @@
+"""The model reader: label logits at answer slots, with a reproducible decoding plan.
+
+Plan (SPEC §3.7): the state prefix is decoded once into the KV cache, in fixed chunks from
+position 0; each row's suffix is then decoded alone on top of it, its label logits are copied
+out, and the suffix is removed from the cache again. A row's numbers therefore depend only on
+(prefix, suffix): never on the other rows of the request, their order, or earlier requests.
+The prefix stays cached after a request, so a request over the same state skips it.
+
+The sliding-window layers of models such as Gemma 3 keep a full-size cache (``swa_full``):
+a pruned window could not be rewound to the end of the prefix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import llama_cpp
+import numpy as np
+
+from decide.rows import Row
+from worker.llama import GgufModel
+
+DEFAULT_BATCH = 512
+
+
+class DecodeError(RuntimeError):
+    """llama.cpp refused a batch (out of cache space, or a failed compute)."""
+
+
+class LlamaReader:
+    """The engine's ``LabelReader`` over one llama.cpp context (one sequence)."""
+
+    def __init__(self, model: GgufModel, *, context_size: int, threads: int | None = None,
+                 batch_size: int = DEFAULT_BATCH) -> None:
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = context_size
+        params.n_batch = params.n_ubatch = batch_size
+        params.n_seq_max = 1
+        params.n_threads = params.n_threads_batch = threads or os.cpu_count() or 1
+        params.swa_full = True
+        params.kv_unified = True
+        params.no_perf = True
+        context = llama_cpp.llama_init_from_model(model.pointer, params)
+        if not context:
+            raise DecodeError(f"model {model.name!r}: llama.cpp could not create a context of "
+                              f"{context_size} tokens")
+        self.model = model
+        self.context_size = context_size
+        self.batch_size = batch_size
+        self._context = context
+        self._memory = llama_cpp.llama_get_memory(context)
+        self._batch = llama_cpp.llama_batch_init(batch_size, 0, 1)
+        self._tokens = np.ctypeslib.as_array(self._batch.token, shape=(batch_size,))
+        self._positions = np.ctypeslib.as_array(self._batch.pos, shape=(batch_size,))
+        self._wants_logits = np.ctypeslib.as_array(self._batch.logits, shape=(batch_size,))
+        for index in range(batch_size):
+            self._batch.n_seq_id[index] = 1
+            self._batch.seq_id[index][0] = 0
+        self._cached_prefix: tuple[int, ...] | None = None
+        self.tokens_decoded = 0
+        """Tokens fed to llama.cpp since load (prefixes reused from the cache not counted)."""
+
+    def read(self, prefix: Sequence[int], rows: Sequence[Row]) -> list[list[float]]:
+        prefix = tuple(prefix)
+        self._ensure_prefix(prefix)
+        results = []
+        for row in rows:
+            try:
+                self._decode(row.suffix, start=len(prefix), logits_at_end=True)
+                logits = llama_cpp.llama_get_logits_ith(self._context, -1)
+                if not logits:
+                    raise DecodeError("llama.cpp returned no logits for the answer slot")
+                results.append([float(logits[token]) for token in row.label_ids])
+            finally:
+                llama_cpp.llama_memory_seq_rm(self._memory, 0, len(prefix), -1)
+        return results
+
+    def _ensure_prefix(self, prefix: tuple[int, ...]) -> None:
+        if prefix == self._cached_prefix:
+            return
+        self._cached_prefix = None
+        llama_cpp.llama_memory_clear(self._memory, True)
+        self._decode(prefix, start=0, logits_at_end=False)
+        self._cached_prefix = prefix
+
+    def _decode(self, tokens: Sequence[int], *, start: int, logits_at_end: bool) -> None:
+        """Decode ``tokens`` at positions ``start``.. in chunks of the batch size."""
+        for offset in range(0, len(tokens), self.batch_size):
+            chunk = tokens[offset:offset + self.batch_size]
+            count = len(chunk)
+            self._tokens[:count] = chunk
+            self._positions[:count] = np.arange(start + offset, start + offset + count)
+            self._wants_logits[:count] = 0
+            if logits_at_end and offset + count == len(tokens):
+                self._wants_logits[count - 1] = 1
+            self._batch.n_tokens = count
+            status = llama_cpp.llama_decode(self._context, self._batch)
+            if status != 0:
+                self._cached_prefix = None
+                llama_cpp.llama_memory_clear(self._memory, True)
+                raise DecodeError(f"llama_decode failed with status {status} "
+                                  f"({count} tokens at position {start + offset})")
+            self.tokens_decoded += count
+
+    def close(self) -> None:
+        if self._context:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._context)
+            self._context = None
+
