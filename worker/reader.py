@@ -76,11 +76,15 @@ class LlamaReader:
                 llama_cpp.llama_memory_seq_rm(self._memory, 0, len(prefix), -1)
         return results
 
+    def forget_prefix(self) -> None:
+        """Drop the cached prefix, so the next read decodes its state again (benchmarks)."""
+        self._cached_prefix = None
+        llama_cpp.llama_memory_clear(self._memory, True)
+
     def _ensure_prefix(self, prefix: tuple[int, ...]) -> None:
         if prefix == self._cached_prefix:
             return
-        self._cached_prefix = None
-        llama_cpp.llama_memory_clear(self._memory, True)
+        self.forget_prefix()
         self._decode(prefix, start=0, logits_at_end=False)
         self._cached_prefix = prefix
 
@@ -97,8 +101,7 @@ class LlamaReader:
             self._batch.n_tokens = count
             status = llama_cpp.llama_decode(self._context, self._batch)
             if status != 0:
-                self._cached_prefix = None
-                llama_cpp.llama_memory_clear(self._memory, True)
+                self.forget_prefix()
                 raise DecodeError(f"llama_decode failed with status {status} "
                                   f"({count} tokens at position {start + offset})")
             self.tokens_decoded += count

@@ -1,0 +1,154 @@
+"""Engine benchmark: the decoding plan against cold rows, and against llama.cpp's raw rate.
+
+Run on demand (not a test):
+
+    .venv/bin/python benchmarks/engine.py [--repeats 5] [--threads N] [--model NAME]
+
+For 1, 5 and 20 questions over states of about 50 and 400 tokens it times
+  * plan: the engine as it serves (the state prefix once, each question's suffix on its own
+    copy of it; the prefix cache is dropped before each request, so every state is read), and
+  * cold: every row decoded whole from an empty cache, as a naive server would,
+and reports the speed-up, the tokens the model reads per second under the plan, and that rate
+as a share of llama.cpp's raw prompt processing on one 512-token batch (same context, same
+threads). It ends with the peak resident memory of this process, which holds the model.
+Figures are medians of --repeats runs; compare ratios within one run, not across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import platform
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from decide.protocol import parse_request  # noqa: E402
+from decide.rows import Row  # noqa: E402
+from infra.models import load_catalog  # noqa: E402
+from infra.settings import Settings  # noqa: E402
+from worker.loading import LoadedEngine, load_engine  # noqa: E402
+
+SENTENCES = [
+    "The customer writes that the invoice for March was charged twice to the company card.",
+    "They attached a screenshot of the bank statement showing two identical payments.",
+    "The account has been active for three years and is on the business plan.",
+    "Earlier this month they asked about exporting their data to a spreadsheet.",
+    "They say the dashboard was slow on Monday morning but works now.",
+    "The message ends with a request to call back before Friday if possible.",
+]
+QUESTIONS = [
+    {"type": "choice", "instructions": "Which department should handle this?",
+     "criteria": {"billing": "money that moved", "technical": "something broken",
+                  "sales": "buying more", "account": "access and settings"}},
+    {"type": "noul", "instructions": "Does the customer ask for a refund?"},
+    {"type": "choice", "instructions": "What is the customer's mood?",
+     "criteria": ["calm", "annoyed", "angry"]},
+    {"type": "noul", "instructions": "Is a phone call requested?"},
+    {"type": "choice", "instructions": "What kind of message is it?",
+     "criteria": ["question", "complaint", "request", "feedback", "other"]},
+]
+
+
+def state_of(tokens: int, loaded: LoadedEngine) -> str:
+    """Ticket-like text of about ``tokens`` tokens of the model's vocabulary."""
+    tokenizer = loaded.engine._rows._tokenizer
+    text = ""
+    index = 0
+    while len(tokenizer.tokenize(text)) < tokens:
+        text += ("" if not text else " ") + SENTENCES[index % len(SENTENCES)]
+        index += 1
+    return text
+
+
+def questions_of(count: int) -> dict:
+    return {f"q{i}": QUESTIONS[i % len(QUESTIONS)] for i in range(count)}
+
+
+def median_seconds(action, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def run_plan(loaded: LoadedEngine, request) -> None:
+    loaded.reader.forget_prefix()
+    loaded.engine.decide(request)
+
+
+def run_cold(loaded: LoadedEngine, plan) -> None:
+    """Each row alone from an empty cache: prefix and suffix decoded as one sequence."""
+    for row in plan.rows:
+        whole = dataclasses.replace(row, suffix=plan.prefix + row.suffix)
+        loaded.reader.forget_prefix()
+        loaded.reader.read((), [whole])
+
+
+def raw_rate(loaded: LoadedEngine, repeats: int) -> float:
+    """llama.cpp's prompt processing: one 512-token batch from an empty cache, no logits."""
+    reader = loaded.reader
+    tokens = list(loaded.engine._rows._tokenizer.tokenize(state_of(600, loaded)))[:512]
+
+    def once() -> None:
+        reader.forget_prefix()
+        reader._decode(tokens, start=0, logits_at_end=False)
+
+    once()  # warm-up
+    return 512 / median_seconds(once, repeats)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--model", default=None)
+    args = parser.parse_args()
+
+    settings = Settings(threads=args.threads) if args.threads else Settings()
+    config = load_catalog(settings).get(args.model)
+    loaded = load_engine(config, settings)
+    raw = raw_rate(loaded, args.repeats)
+    print(f"model {config.name}, context {loaded.engine.context_window}, threads "
+          f"{config.threads or settings.threads or 'all'}; {platform.processor() or 'cpu'}; "
+          f"median of {args.repeats}")
+    print(f"raw prompt processing (one 512-token batch): {raw:,.0f} tokens/s\n")
+    print(f"{'state':>6} {'questions':>9} {'read':>6} {'cold':>6} {'plan s':>8} {'cold s':>8} "
+          f"{'speed-up':>8} {'tok/s':>7} {'of raw':>6}")
+    verdicts = {}
+    for state_tokens in (50, 400):
+        state = state_of(state_tokens, loaded)
+        for count in (1, 5, 20):
+            request = parse_request({"state": state, "questions": questions_of(count)})
+            plan = loaded.engine.plan(request)
+            cold_tokens = plan.row_token_total
+            run_plan(loaded, request)  # warm-up
+            plan_s = median_seconds(lambda: run_plan(loaded, request), args.repeats)
+            cold_s = median_seconds(lambda: run_cold(loaded, plan), args.repeats)
+            rate = plan.input_tokens / plan_s
+            print(f"{len(plan.prefix):>6} {count:>9} {plan.input_tokens:>6} {cold_tokens:>6} "
+                  f"{plan_s:>8.3f} {cold_s:>8.3f} {cold_s / plan_s:>7.2f}x {rate:>7,.0f} "
+                  f"{rate / raw:>6.2f}")
+            if state_tokens == 400 and count == 5:
+                verdicts = {"speed-up": cold_s / plan_s, "share": rate / raw}
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"\npeak resident memory of this process (model loaded, context "
+          f"{loaded.engine.context_window}): {peak_mib:,.0f} MiB")
+    print("\ngoals at 5 questions over ~400 tokens: speed-up >= 3x: "
+          f"{'met' if verdicts['speed-up'] >= 3 else 'NOT met'} ({verdicts['speed-up']:.2f}x); "
+          f"tokens/s >= 0.8 of raw: {'met' if verdicts['share'] >= 0.8 else 'NOT met'} "
+          f"({verdicts['share']:.2f}); resident <= 1 GiB: "
+          f"{'met' if peak_mib <= 1024 else 'NOT met'} ({peak_mib:,.0f} MiB)")
+    print(f"\nreproduce: .venv/bin/python benchmarks/engine.py --repeats {args.repeats}"
+          + (f" --threads {args.threads}" if args.threads else ""))
+    loaded.close()
+
+
+if __name__ == "__main__":
+    main()

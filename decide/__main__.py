@@ -1,0 +1,7 @@
+"""``python -m decide`` is the ``decide`` command."""
+
+import sys
+
+from decide.cli import main
+
+sys.exit(main())
