@@ -27,11 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from decide.protocol import parse_request  # noqa: E402
-from decide.rows import Row  # noqa: E402
-from infra.models import load_catalog  # noqa: E402
-from infra.settings import Settings  # noqa: E402
-from worker.loading import LoadedEngine, load_engine  # noqa: E402
+from decide.protocol import parse_request
+from infra.models import load_catalog
+from infra.settings import Settings
+from worker.loading import LoadedEngine, load_engine
 
 SENTENCES = [
     "The customer writes that the invoice for March was charged twice to the company card.",
@@ -129,8 +128,8 @@ def main() -> None:
             plan = loaded.engine.plan(request)
             cold_tokens = plan.row_token_total
             run_plan(loaded, request)  # warm-up
-            plan_s = median_seconds(lambda: run_plan(loaded, request), args.repeats)
-            cold_s = median_seconds(lambda: run_cold(loaded, plan), args.repeats)
+            plan_s = median_seconds(lambda r=request: run_plan(loaded, r), args.repeats)
+            cold_s = median_seconds(lambda p=plan: run_cold(loaded, p), args.repeats)
             rate = plan.input_tokens / plan_s
             print(f"{len(plan.prefix):>6} {count:>9} {plan.input_tokens:>6} {cold_tokens:>6} "
                   f"{plan_s:>8.3f} {cold_s:>8.3f} {cold_s / plan_s:>7.2f}x {rate:>7,.0f} "
