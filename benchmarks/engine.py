@@ -28,9 +28,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from decide.protocol import parse_request
+from infra.engines import LoadedEngine
 from infra.models import load_catalog
 from infra.settings import Settings
-from worker.loading import LoadedEngine, load_engine
+from worker.loading import load_decoding_engine
 
 SENTENCES = [
     "The customer writes that the invoice for March was charged twice to the company card.",
@@ -68,13 +69,10 @@ def questions_of(count: int) -> dict:
     return {f"q{i}": QUESTIONS[i % len(QUESTIONS)] for i in range(count)}
 
 
-def median_seconds(action, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+def timed(action) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
 
 
 def run_plan(loaded: LoadedEngine, request) -> None:
@@ -90,7 +88,7 @@ def run_cold(loaded: LoadedEngine, plan) -> None:
         loaded.reader.read((), [whole])
 
 
-def raw_rate(loaded: LoadedEngine, repeats: int) -> float:
+def raw_batch(loaded: LoadedEngine):
     """llama.cpp's prompt processing: one 512-token batch from an empty cache, no logits."""
     reader = loaded.reader
     tokens = list(loaded.engine._rows._tokenizer.tokenize(state_of(600, loaded)))[:512]
@@ -99,8 +97,7 @@ def raw_rate(loaded: LoadedEngine, repeats: int) -> float:
         reader.forget_prefix()
         reader._decode(tokens, start=0, logits_at_end=False)
 
-    once()  # warm-up
-    return 512 / median_seconds(once, repeats)
+    return once
 
 
 def main() -> None:
@@ -112,30 +109,35 @@ def main() -> None:
 
     settings = Settings(threads=args.threads) if args.threads else Settings()
     config = load_catalog(settings).get(args.model)
-    loaded = load_engine(config, settings)
-    raw = raw_rate(loaded, args.repeats)
+    loaded = load_decoding_engine(config, settings)
+    raw_once = raw_batch(loaded)
+    raw_once()  # warm-up
     print(f"model {config.name}, context {loaded.engine.context_window}, threads "
           f"{config.threads or settings.threads or 'all'}; {platform.processor() or 'cpu'}; "
-          f"median of {args.repeats}")
-    print(f"raw prompt processing (one 512-token batch): {raw:,.0f} tokens/s\n")
+          f"median of {args.repeats} rounds, each round timing raw, plan and cold in turn")
     print(f"{'state':>6} {'questions':>9} {'read':>6} {'cold':>6} {'plan s':>8} {'cold s':>8} "
-          f"{'speed-up':>8} {'tok/s':>7} {'of raw':>6}")
+          f"{'speed-up':>8} {'tok/s':>7} {'raw tok/s':>9} {'of raw':>6}")
     verdicts = {}
     for state_tokens in (50, 400):
         state = state_of(state_tokens, loaded)
         for count in (1, 5, 20):
             request = parse_request({"state": state, "questions": questions_of(count)})
             plan = loaded.engine.plan(request)
-            cold_tokens = plan.row_token_total
             run_plan(loaded, request)  # warm-up
-            plan_s = median_seconds(lambda r=request: run_plan(loaded, r), args.repeats)
-            cold_s = median_seconds(lambda p=plan: run_cold(loaded, p), args.repeats)
-            rate = plan.input_tokens / plan_s
-            print(f"{len(plan.prefix):>6} {count:>9} {plan.input_tokens:>6} {cold_tokens:>6} "
-                  f"{plan_s:>8.3f} {cold_s:>8.3f} {cold_s / plan_s:>7.2f}x {rate:>7,.0f} "
+            raw_s, plan_s, cold_s = [], [], []
+            for _ in range(args.repeats):  # interleaved, so drift on a shared machine hits all
+                raw_s.append(timed(raw_once))
+                plan_s.append(timed(lambda r=request: run_plan(loaded, r)))
+                cold_s.append(timed(lambda p=plan: run_cold(loaded, p)))
+            raw = 512 / statistics.median(raw_s)
+            plan_median, cold_median = statistics.median(plan_s), statistics.median(cold_s)
+            rate = plan.input_tokens / plan_median
+            print(f"{len(plan.prefix):>6} {count:>9} {plan.input_tokens:>6} "
+                  f"{plan.row_token_total:>6} {plan_median:>8.3f} {cold_median:>8.3f} "
+                  f"{cold_median / plan_median:>7.2f}x {rate:>7,.0f} {raw:>9,.0f} "
                   f"{rate / raw:>6.2f}")
             if state_tokens == 400 and count == 5:
-                verdicts = {"speed-up": cold_s / plan_s, "share": rate / raw}
+                verdicts = {"speed-up": cold_median / plan_median, "share": rate / raw}
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\npeak resident memory of this process (model loaded, context "
           f"{loaded.engine.context_window}): {peak_mib:,.0f} MiB")

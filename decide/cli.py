@@ -15,6 +15,7 @@ from typing import Any
 from decide.display import render_decision
 from decide.errors import DecideError, InvalidRequest, RequestTooLarge
 from decide.protocol import DecisionRequest, parse_request
+from infra.models import ConfigError
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -57,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="model, token counts and timings on standard error")
     run.set_defaults(inline=[])
     commands.add_parser("models", help="list the configured models")
+    serve = commands.add_parser("serve", help="start the HTTP API (embedded: with a worker)")
+    serve.add_argument("--host", help="address to listen on (default DECIDE_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default DECIDE_PORT, 8000)")
+    commands.add_parser("migrate", help="apply the database migrations")
     return parser
 
 
@@ -65,8 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return run_command(args)
+        if args.command == "serve":
+            return serve_command(args)
+        if args.command == "migrate":
+            return migrate_command()
         return models_command()
-    except (UsageError, DecideError) as error:
+    except (UsageError, DecideError, ConfigError) as error:
         print(f"decide: {describe(error)}", file=sys.stderr)
         return 1
 
@@ -141,9 +150,10 @@ def _inline_questions(inline: list[tuple[str, list[str]]]) -> dict[str, Any]:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from infra.models import ConfigError, load_catalog
+    from infra.engines import load_planner
+    from infra.models import load_catalog
     from infra.settings import Settings
-    from worker.loading import load_engine
+    from worker.loading import load_decoding_engine
 
     request = parse_request(request_body(args))
     settings = Settings()
@@ -152,7 +162,7 @@ def run_command(args: argparse.Namespace) -> int:
     except ConfigError as error:
         raise UsageError(str(error)) from error
     started = time.perf_counter()
-    loaded = load_engine(config, settings, vocab_only=args.rows)
+    loaded = (load_planner if args.rows else load_decoding_engine)(config, settings)
     load_ms = (time.perf_counter() - started) * 1000
     try:
         if args.rows:
@@ -198,3 +208,30 @@ def models_command() -> int:
         print(f"{marker} {name}  kind={config.kind}  context={config.context_size}  {where}")
     return 0
 
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from infra.settings import Settings
+
+    settings = Settings()
+    if not settings.embedded:
+        raise UsageError("DECIDE_BROKER_URL is set, but the distributed front door is not "
+                         "built yet; unset it to serve embedded")
+    from launch.embedded import build_embedded
+
+    app = build_embedded(settings)
+    uvicorn.run(app, host=args.host or settings.host, port=args.port or settings.port,
+                log_level="info")
+    return 0
+
+
+def migrate_command() -> int:
+    from infra.settings import Settings
+    from store.migrate import upgrade
+
+    url = Settings().resolved_database_url
+    upgrade(url)
+    print(f"database at head: {url.split('@')[-1]}")
+    return 0

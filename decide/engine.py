@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,11 +19,13 @@ from decide.rows import Row, RowBuilder, RowPlan, is_isolated
 class LabelReader(Protocol):
     """The engine's whole view of a loaded model."""
 
-    def read(self, prefix: Sequence[int], rows: Sequence[Row]) -> list[list[float]]:
+    def read(self, prefix: Sequence[int], rows: Sequence[Row],
+             before_row: Callable[[], None] | None = None) -> list[list[float]]:
         """Logits of each row's ``label_ids`` at its answer slot, in row order.
 
         The prefix is decoded once; each row's suffix is decoded on its own copy of it, so a
-        row's numbers depend only on (prefix, row).
+        row's numbers depend only on (prefix, row). ``before_row`` is called before each row
+        and may raise to stop (a cancelled job stops before its next row).
         """
         ...
 
@@ -43,6 +45,7 @@ class Decision:
     answers: dict[str, Answer]
     input_tokens: int
     timings: dict[str, float] = field(default_factory=dict, compare=False)
+    rows_by_type: dict[str, int] = field(default_factory=dict, compare=False)
 
     def to_wire(self) -> dict[str, Any]:
         return {"model": self.model,
@@ -94,18 +97,24 @@ class Engine:
                 f"the request's rows hold {total:,} tokens in all (the state counted in every "
                 f"row) and at most {self.limits.max_request_row_tokens:,} are allowed")
 
-    def decide(self, request: DecisionRequest) -> Decision:
+    def decide(self, request: DecisionRequest,
+               before_row: Callable[[], None] | None = None) -> Decision:
         if self._reader is None:
             raise RuntimeError(f"engine for {self.model_name!r} was built without a reader")
         started = time.perf_counter()
         plan = self.plan(request)
         planned = time.perf_counter()
-        logits = self._reader.read(plan.prefix, plan.rows)
+        logits = self._reader.read(plan.prefix, plan.rows, before_row)
         decoded = time.perf_counter()
         answers = assemble(request.questions, plan, logits, self.profile)
+        types = {question.id: question.type for question in request.questions}
+        rows_by_type: dict[str, int] = {}
+        for row in plan.rows:
+            rows_by_type[types[row.question_id]] = rows_by_type.get(types[row.question_id], 0) + 1
         return Decision(model=self.model_name, answers=answers, input_tokens=plan.input_tokens,
                         timings={"plan_ms": (planned - started) * 1000,
-                                 "decode_ms": (decoded - planned) * 1000})
+                                 "decode_ms": (decoded - planned) * 1000},
+                        rows_by_type=rows_by_type)
 
 
 def assemble(questions: Sequence[Question], plan: RowPlan, logits: Sequence[Sequence[float]],

@@ -20,9 +20,11 @@ class FieldError:
     loc: Loc
     msg: str
     type: str
+    root: str = "body"
+    """Where ``loc`` starts: the body, or a ``header``, ``query`` or ``path`` parameter."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"loc": ["body", *self.loc], "msg": self.msg, "type": self.type}
+        return {"loc": [self.root, *self.loc], "msg": self.msg, "type": self.type}
 
     def describe(self) -> str:
         """One human line, e.g. ``questions.department.criteria: must hold 2 to 255 options``."""

@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""SPEC §2.4: a body (after decompression) may not be larger than this."""
 
 
 def _default_data_dir() -> Path:
@@ -18,9 +22,38 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="DECIDE_", extra="ignore")
 
-    data_dir: Path = _default_data_dir()
-    """Where the embedded default model is assembled (and, later, the SQLite jobs file)."""
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    """Where the embedded default model is assembled, and the embedded SQLite jobs file."""
     models_file: Path | None = None
     """A TOML or JSON file that configures models by name (see README, Configuration)."""
     threads: int | None = None
     """Threads per model when its configuration names none (default: all cores)."""
+
+    database_url: str | None = None
+    """SQLAlchemy URL of the jobs store; none means SQLite under the data directory."""
+    broker_url: str | None = None
+    """Redis URL of the Celery broker; none means the embedded in-process worker."""
+    api_keys: str = ""
+    """Comma-separated API keys; empty leaves the API open (any Authorization is ignored)."""
+    host: str = "127.0.0.1"
+    port: int = 8000
+    sync_wait_seconds: float = 60.0
+    """How long ``POST /v1/systemone`` waits for its job before answering 504 with its id."""
+    retention_days: float = 30.0
+    """Finished jobs older than this are purged."""
+
+    @property
+    def embedded(self) -> bool:
+        """No broker: one process with an in-process worker, over SQLite unless a database
+        is configured."""
+        return self.broker_url is None
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'decide.db'}"
+
+    @property
+    def key_list(self) -> list[str]:
+        return [key.strip() for key in self.api_keys.split(",") if key.strip()]

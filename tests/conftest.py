@@ -16,8 +16,8 @@ def settings():
 def default_engine(settings):
     """The embedded gemma-3-270m through llama-cpp-python (assembled on first use)."""
     from infra.models import load_catalog
-    from worker.loading import load_engine
+    from worker.loading import load_decoding_engine
 
-    loaded = load_engine(load_catalog(settings).get(None), settings)
+    loaded = load_decoding_engine(load_catalog(settings).get(None), settings)
     yield loaded
     loaded.close()

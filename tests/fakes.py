@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from decide.rows import Row
 
@@ -42,9 +42,12 @@ class RecordingReader:
         self.logits_for = logits_for or {}
         self.reads: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
 
-    def read(self, prefix: Sequence[int], rows: Sequence[Row]) -> list[list[float]]:
+    def read(self, prefix: Sequence[int], rows: Sequence[Row],
+             before_row: Callable[[], None] | None = None) -> list[list[float]]:
         out = []
         for row in rows:
+            if before_row is not None:
+                before_row()
             self.reads.append((tuple(prefix), row.suffix))
             queue = self.logits_for.get(row.question_id)
             out.append(queue.pop(0) if queue else [0.0] * len(row.label_ids))

@@ -13,13 +13,13 @@ a pruned window could not be rewound to the end of the prefix.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import llama_cpp
 import numpy as np
 
 from decide.rows import Row
-from worker.llama import GgufModel
+from infra.gguf import GgufModel
 
 DEFAULT_BATCH = 512
 
@@ -32,13 +32,17 @@ class LlamaReader:
     """The engine's ``LabelReader`` over one llama.cpp context (one sequence)."""
 
     def __init__(self, model: GgufModel, *, context_size: int, threads: int | None = None,
-                 batch_size: int = DEFAULT_BATCH) -> None:
+                 batch_size: int = DEFAULT_BATCH, gpu_offload: int = 0) -> None:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = context_size
         params.n_batch = params.n_ubatch = batch_size
         params.n_seq_max = 1
         params.n_threads = params.n_threads_batch = threads or os.cpu_count() or 1
         params.swa_full = True
+        if gpu_offload == 0:
+            # Measured on CPU: flash attention makes the short suffix batches about 25% slower
+            # and the 512-token prompt batches no faster (see BENCHMARKS.md).
+            params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         params.kv_unified = True
         params.no_perf = True
         context = llama_cpp.llama_init_from_model(model.pointer, params)
@@ -61,11 +65,14 @@ class LlamaReader:
         self.tokens_decoded = 0
         """Tokens fed to llama.cpp since load (prefixes reused from the cache not counted)."""
 
-    def read(self, prefix: Sequence[int], rows: Sequence[Row]) -> list[list[float]]:
+    def read(self, prefix: Sequence[int], rows: Sequence[Row],
+             before_row: Callable[[], None] | None = None) -> list[list[float]]:
         prefix = tuple(prefix)
         self._ensure_prefix(prefix)
         results = []
         for row in rows:
+            if before_row is not None:
+                before_row()
             try:
                 self._decode(row.suffix, start=len(prefix), logits_at_end=True)
                 logits = llama_cpp.llama_get_logits_ith(self._context, -1)

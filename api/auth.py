@@ -1,0 +1,51 @@
+"""API keys (SPEC §2.3): from the environment, compared in constant time, stored as digests.
+
+A caller is known by its key's id: the first 16 hex digits of the SHA-256 of the key. Only
+that id is ever stored (as a job's owner); the key itself is never kept in clear, not even in
+memory after start-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from fastapi import Request
+
+from api.errors import ApiError
+
+PUBLIC_OWNER = "public"
+
+
+def key_id(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+class Authenticator:
+    def __init__(self, keys: list[str]) -> None:
+        self._digests = [hashlib.sha256(key.encode()).digest() for key in keys]
+
+    @property
+    def open(self) -> bool:
+        return not self._digests
+
+    def owner_of(self, request: Request) -> str:
+        """The caller's owner id; 401 when keys are configured and none of them matches."""
+        if self.open:
+            return PUBLIC_OWNER
+        header = request.headers.get("authorization", "")
+        scheme, _, key = header.strip().partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            key = request.headers.get("x-api-key", "")
+        if not key.strip():
+            raise ApiError(401, "authentication_error",
+                           "an API key is required: send 'Authorization: Bearer <key>'",
+                           headers={"WWW-Authenticate": "Bearer"})
+        presented = hashlib.sha256(key.strip().encode()).digest()
+        matched = False
+        for digest in self._digests:  # every digest compared: no early exit to time
+            matched |= hmac.compare_digest(presented, digest)
+        if not matched:
+            raise ApiError(401, "authentication_error", "the API key is not valid",
+                           headers={"WWW-Authenticate": "Bearer"})
+        return key_id(key.strip())

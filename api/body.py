@@ -1,0 +1,86 @@
+"""Request bodies: bounded reading, zstd/gzip decompression with a bound, strict JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+import zlib
+from typing import Any
+
+import zstandard
+from fastapi import Request
+
+from api.errors import ApiError, invalid
+from decide.errors import RequestTooLarge
+from infra.settings import MAX_BODY_BYTES
+
+_TOO_LARGE = f"the request body is over {MAX_BODY_BYTES:,} bytes (32 MiB)"
+
+
+def _too_large(after: str = "") -> RequestTooLarge:
+    return RequestTooLarge(_TOO_LARGE + after)
+
+
+async def read_raw(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The body as sent, refused as soon as it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large()
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > limit:
+            raise _too_large()
+    return bytes(raw)
+
+
+def decompress(raw: bytes, encoding: str, limit: int = MAX_BODY_BYTES) -> bytes:
+    """Undo ``Content-Encoding``; the output may not pass ``limit`` bytes either."""
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return raw
+    try:
+        if encoding in ("gzip", "x-gzip"):
+            inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            data = inflater.decompress(raw, limit + 1)
+            if len(data) > limit or inflater.unconsumed_tail:
+                raise _too_large(" once decompressed")
+            if not inflater.eof:
+                raise invalid("body", [], "the gzip body is truncated", "decompression_error")
+            return data
+        if encoding == "zstd":
+            reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw),
+                                                                read_across_frames=True)
+            data = reader.read(limit + 1)
+            while len(data) <= limit:
+                more = reader.read(limit + 1 - len(data))
+                if not more:
+                    break
+                data += more
+            if len(data) > limit:
+                raise _too_large(" once decompressed")
+            return data
+    except (zlib.error, zstandard.ZstdError) as error:
+        raise invalid("body", [], f"the {encoding} body could not be decompressed: {error}",
+                      "decompression_error") from error
+    raise ApiError(415, "unsupported_media_type",
+                   f"Content-Encoding {encoding!r} is not supported; use zstd, gzip or none")
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(data: bytes) -> Any:
+    """Strict JSON (no NaN or Infinity); a 422 located at the body otherwise."""
+    if not data.strip():
+        raise invalid("body", [], "Field required: the body must be a JSON object", "missing")
+    try:
+        return json.loads(data, parse_constant=_no_constants)
+    except (ValueError, RecursionError) as error:
+        raise invalid("body", [], f"JSON decode error: {error}", "json_invalid") from error
+
+
+async def read_json(request: Request) -> Any:
+    raw = await read_raw(request)
+    return parse_json(decompress(raw, request.headers.get("content-encoding", "")))

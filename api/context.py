@@ -1,0 +1,34 @@
+"""Everything a request handler needs, built once by the app factory's caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine as Database
+
+from api.auth import Authenticator
+from api.errors import not_found
+from decide.engine import Engine
+from infra.events import JobEvents
+from infra.models import Catalog, ConfigError, ModelConfig
+from infra.queue import JobQueue
+from infra.settings import Settings
+
+
+@dataclass
+class ApiContext:
+    settings: Settings
+    db: Database
+    catalog: Catalog
+    planners: dict[str, Engine]
+    """A vocabulary-only engine per configured model: rows, tokens and limits."""
+    queue: JobQueue
+    events: JobEvents
+    auth: Authenticator
+
+    def model(self, name: str | None) -> ModelConfig:
+        """The configured model a request names; 404 naming the configured ones otherwise."""
+        try:
+            return self.catalog.get(name)
+        except ConfigError as error:
+            raise not_found(str(error)) from error

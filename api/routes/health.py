@@ -1,0 +1,46 @@
+"""Liveness, readiness and metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from sqlalchemy import text
+from starlette.concurrency import run_in_threadpool
+
+from api.routes.deps import Context
+from infra import metrics
+
+router = APIRouter()
+
+
+@router.get("/health")
+def health() -> dict[str, Any]:
+    return {"status": "ok"}
+
+
+@router.get("/ready")
+async def ready(ctx: Context) -> JSONResponse:
+    checks = {"database": await run_in_threadpool(_database_answers, ctx),
+              "workers": ctx.queue.ready()}
+    ok = all(passed for passed, _ in checks.values())
+    return JSONResponse(status_code=200 if ok else 503, content={
+        "status": "ready" if ok else "not_ready",
+        "checks": {name: {"ok": passed, "detail": detail}
+                   for name, (passed, detail) in checks.items()}})
+
+
+def _database_answers(ctx: Context) -> tuple[bool, str]:
+    try:
+        with ctx.db.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except Exception as error:  # reported, not raised
+        return False, f"database unreachable: {type(error).__name__}"
+    return True, "database answers"
+
+
+@router.get("/metrics")
+def scrape() -> Response:
+    body, content_type = metrics.exposition()
+    return Response(content=body, media_type=content_type)

@@ -1,0 +1,73 @@
+"""Jobs (SPEC §4): submit, read (with long polling), cancel, list."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from api.body import read_json
+from api.errors import invalid
+from api.routes.deps import Context, Owner
+from api.submit import accept, checked_metadata, checked_priority, owned_job
+from api.views import job_view
+from api.waiting import wait_finished
+from store import jobs
+
+router = APIRouter()
+MAX_WAIT_SECONDS = 60.0
+JOB_FIELDS = ("priority", "metadata")
+
+
+@router.post("/v1/jobs")
+async def submit_job(request: Request, ctx: Context, owner: Owner,
+                     idempotency_key: Annotated[str | None, Header()] = None) -> JSONResponse:
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise invalid("body", [], "the body must be a JSON object", "dict_type")
+    priority = checked_priority(body.get("priority", "background"), "priority")
+    metadata = checked_metadata(body.get("metadata"))
+    decision = {key: value for key, value in body.items() if key not in JOB_FIELDS}
+    if idempotency_key is not None and not 0 < len(idempotency_key) <= 255:
+        raise invalid("header", ["Idempotency-Key"], "must be 1 to 255 characters")
+    accepted = await run_in_threadpool(accept, ctx, owner=owner, body=decision,
+                                       priority=priority, metadata=metadata,
+                                       idempotency_key=idempotency_key)
+    job = accepted.job
+    return JSONResponse(job_view(job), status_code=202 if accepted.created else 200,
+                        headers={"Location": f"/v1/jobs/{job.id}", "X-Job-Id": job.id})
+
+
+@router.get("/v1/jobs/{job_id}")
+async def read_job(job_id: str, ctx: Context, owner: Owner,
+                   wait: Annotated[float | None, Query(ge=0, le=MAX_WAIT_SECONDS)] = None
+                   ) -> dict[str, Any]:
+    job = await run_in_threadpool(owned_job, ctx, job_id, owner)
+    if wait and not job.finished:
+        job = await wait_finished(ctx, job_id, owner, wait) or job
+    return job_view(job)
+
+
+@router.delete("/v1/jobs/{job_id}")
+async def cancel_job(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
+    await run_in_threadpool(owned_job, ctx, job_id, owner)
+    job = await run_in_threadpool(jobs.cancel_job, ctx.db, job_id, owner)
+    return job_view(job or await run_in_threadpool(owned_job, ctx, job_id, owner))
+
+
+@router.get("/v1/jobs")
+async def list_jobs(ctx: Context, owner: Owner,
+                    status: Annotated[str | None, Query()] = None,
+                    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                    after: Annotated[str | None, Query()] = None) -> dict[str, Any]:
+    if status is not None and status not in jobs.STATUSES:
+        raise invalid("query", ["status"], f"status must be one of {', '.join(jobs.STATUSES)}",
+                      "literal_error")
+    page = await run_in_threadpool(jobs.list_jobs, ctx.db, owner=owner, status=status,
+                                   limit=limit + 1, after=after)
+    more = len(page) > limit
+    page = page[:limit]
+    return {"object": "list", "data": [job_view(job) for job in page], "has_more": more,
+            "after": page[-1].id if more else None}

@@ -1,0 +1,81 @@
+"""Accepting a decision: validate, plan rows, check limits, store the job, send its id.
+
+Everything that can refuse a request happens before the job exists, so a bad request never
+reaches the database or a worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from api.context import ApiContext
+from api.errors import ApiError, invalid
+from decide.protocol import parse_request
+from infra import metrics
+from store import jobs
+
+METADATA_MAX_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class Accepted:
+    job: jobs.JobRecord
+    created: bool
+
+
+def checked_priority(value: Any, field: str) -> str:
+    if value not in jobs.PRIORITIES:
+        raise invalid("body", [field], "priority must be 'foreground' or 'background'",
+                      "literal_error")
+    return value
+
+
+def checked_metadata(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise invalid("body", ["metadata"], "metadata must be an object", "dict_type")
+    size = len(json.dumps(value, ensure_ascii=False).encode())
+    if size > METADATA_MAX_BYTES:
+        raise invalid("body", ["metadata"], f"metadata must be at most 16 KiB of JSON; it is "
+                                            f"{size:,} bytes", "too_long")
+    return value
+
+
+def request_hash(body: dict[str, Any], priority: str, metadata: Any) -> str:
+    canonical = json.dumps({"body": body, "priority": priority, "metadata": metadata},
+                           sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
+           metadata: dict[str, Any] | None = None, idempotency_key: str | None = None
+           ) -> Accepted:
+    """Store and send a decision job (runs in a worker thread: it tokenizes)."""
+    request = parse_request(body)
+    config = ctx.model(request.model)
+    plan = ctx.planners[config.name].plan(request)
+    try:
+        job, created = jobs.create_job(
+            ctx.db, owner=owner, model=config.name, priority=priority, request=body,
+            metadata=metadata, rows=len(plan.rows), input_tokens=plan.input_tokens,
+            idempotency_key=idempotency_key,
+            request_hash=request_hash(body, priority, metadata))
+    except jobs.IdempotencyConflict as conflict:
+        raise invalid("header", ["Idempotency-Key"],
+                      f"this Idempotency-Key was used for job {conflict} with another body; "
+                      "use a new key for a new request", "idempotency_conflict") from conflict
+    if created:
+        metrics.jobs_submitted.labels(job.model, priority).inc()
+        ctx.queue.send(job.id, job.model, priority)
+    return Accepted(job=job, created=created)
+
+
+def owned_job(ctx: ApiContext, job_id: str, owner: str) -> jobs.JobRecord:
+    job = jobs.get_job(ctx.db, job_id, owner)
+    if job is None:
+        raise ApiError(404, "not_found_error", f"no job {job_id!r}")
+    return job

@@ -1,0 +1,43 @@
+"""Jobs as the wire shows them (SPEC §4)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from store.jobs import JobRecord
+
+
+def timestamp(seconds: float | None) -> str | None:
+    """ISO 8601 in UTC with milliseconds, e.g. ``2026-11-30T08:30:00.123Z``."""
+    if seconds is None:
+        return None
+    moment = datetime.fromtimestamp(seconds, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def timings(job: JobRecord) -> dict[str, float | None]:
+    def ms(start: float | None, end: float | None) -> float | None:
+        return None if start is None or end is None else round((end - start) * 1000, 1)
+
+    return {"queue_ms": ms(job.created_at, job.started_at),
+            "decode_ms": None if job.decode_ms is None else round(job.decode_ms, 1),
+            "total_ms": ms(job.created_at, job.finished_at)}
+
+
+def job_view(job: JobRecord) -> dict[str, Any]:
+    return {
+        "id": job.id, "object": "job", "status": job.status, "priority": job.priority,
+        "model": job.model, "created_at": timestamp(job.created_at),
+        "started_at": timestamp(job.started_at), "finished_at": timestamp(job.finished_at),
+        "metadata": job.metadata, "result": job.result, "error": job.error,
+        "usage": {"input_tokens": job.input_tokens, "output_tokens": 0, "rows": job.rows},
+        "timings": timings(job),
+    }
+
+
+def sync_response(job: JobRecord) -> dict[str, Any]:
+    """The System One response of a finished job, with our ``x_`` additions."""
+    assert job.result is not None
+    known = {key: value for key, value in timings(job).items() if value is not None}
+    return {**job.result, "x_job_id": job.id, "x_timings": known}

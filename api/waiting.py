@@ -1,0 +1,30 @@
+"""Waiting for a job to finish: sync calls and long polls."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from starlette.concurrency import run_in_threadpool
+
+from api.context import ApiContext
+from store import jobs
+
+POLL_SECONDS = 0.5
+"""Re-read the database at least this often, whether or not an event wakes the waiter."""
+
+
+async def wait_finished(ctx: ApiContext, job_id: str, owner: str,
+                        timeout: float) -> jobs.JobRecord | None:
+    """The job once finished, or as it stands after ``timeout`` seconds (None if not ours)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    with ctx.events.subscription(job_id) as finished:
+        while True:
+            finished.clear()
+            job = await run_in_threadpool(jobs.get_job, ctx.db, job_id, owner)
+            remaining = deadline - loop.time()
+            if job is None or job.finished or remaining <= 0:
+                return job
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(finished.wait(), min(remaining, POLL_SECONDS))

@@ -1,0 +1,15 @@
+"""What the front door needs of a transport: send a job id to its model's lane."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class JobQueue(Protocol):
+    def send(self, job_id: str, model: str, priority: str) -> None:
+        """Deliver ``job_id`` to a worker of ``model`` in the ``priority`` lane."""
+        ...
+
+    def ready(self) -> tuple[bool, str]:
+        """Whether jobs sent now would be decoded, and why not when they would not."""
+        ...

@@ -1,0 +1,1 @@
+"""Alembic migrations of the jobs store; ``decide migrate`` applies them (``store.migrate``)."""

@@ -1,0 +1,19 @@
+"""Alembic environment: the URL comes from the caller (``store.migrate``) or DECIDE_* settings."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from infra.settings import Settings
+from store.db import make_engine
+from store.tables import metadata
+
+url = context.config.get_main_option("sqlalchemy.url") or Settings().resolved_database_url
+engine = make_engine(url)
+
+with engine.connect() as connection:
+    context.configure(connection=connection, target_metadata=metadata,
+                      render_as_batch=url.startswith("sqlite"))
+    with context.begin_transaction():
+        context.run_migrations()
+engine.dispose()

@@ -1,0 +1,1 @@
+"""The jobs store: SQLAlchemy tables, the engine factory and job transitions (SPEC §4)."""

@@ -1,0 +1,22 @@
+"""The database engine: one factory for SQLite (embedded) and PostgreSQL (distributed)."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, create_engine, event
+
+
+def make_engine(url: str) -> Engine:
+    """An engine with SQLite set up for one writer thread beside many readers (WAL)."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(connection, _record) -> None:  # type: ignore[no-untyped-def]
+            cursor = connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)

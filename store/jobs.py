@@ -1,0 +1,222 @@
+"""Jobs and their transitions. Every change of state is one conditional UPDATE, so a job that
+two workers (or a redelivery) try to take is taken once, and a finished job stays finished.
+
+    queued ──claim──▶ running ──finish──▶ succeeded | failed | cancelled
+      └──cancel──▶ cancelled
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.exc import IntegrityError
+
+from store.tables import jobs
+
+QUEUED, RUNNING = "queued", "running"
+SUCCEEDED, FAILED, CANCELLED, EXPIRED = "succeeded", "failed", "cancelled", "expired"
+FINISHED = (SUCCEEDED, FAILED, CANCELLED, EXPIRED)
+STATUSES = (QUEUED, RUNNING, *FINISHED)
+PRIORITIES = ("foreground", "background")
+
+
+def new_id(prefix: str) -> str:
+    """Ids that sort by creation time: 12 hex digits of milliseconds, then 12 random ones."""
+    return f"{prefix}_{int(time.time() * 1000):012x}{os.urandom(6).hex()}"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str
+    owner: str
+    model: str
+    priority: str
+    status: str
+    request: dict[str, Any]
+    metadata: dict[str, Any] | None
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    rows: int
+    input_tokens: int
+    idempotency_key: str | None
+    request_hash: str | None
+    cancel_requested: bool
+    decode_runs: int
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    decode_ms: float | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _record(row: Any) -> JobRecord:
+    values = dict(row._mapping)
+    for key in ("request", "metadata", "result", "error"):
+        values[key] = _loads(values[key])
+    values["cancel_requested"] = bool(values["cancel_requested"])
+    return JobRecord(**values)
+
+
+class IdempotencyConflict(Exception):
+    """The same Idempotency-Key was used before with another body."""
+
+
+def create_job(db: Engine, *, owner: str, model: str, priority: str, request: dict[str, Any],
+               metadata: dict[str, Any] | None, rows: int, input_tokens: int,
+               idempotency_key: str | None = None, request_hash: str | None = None
+               ) -> tuple[JobRecord, bool]:
+    """Store a queued job; returns it and whether it is new.
+
+    With an idempotency key already used by this owner, the earlier job is returned when the
+    body is the same, and ``IdempotencyConflict`` is raised when it is not.
+    """
+    if idempotency_key is not None:
+        earlier = find_by_idempotency_key(db, owner=owner, key=idempotency_key)
+        if earlier is not None:
+            return _same_body(earlier, request_hash), False
+    values = {"id": new_id("job"), "owner": owner, "model": model, "priority": priority,
+              "status": QUEUED, "request": _dumps(request), "metadata": _dumps(metadata),
+              "rows": rows, "input_tokens": input_tokens, "idempotency_key": idempotency_key,
+              "request_hash": request_hash, "cancel_requested": False, "decode_runs": 0,
+              "created_at": time.time()}
+    try:
+        with db.begin() as connection:
+            connection.execute(jobs.insert().values(**values))
+    except IntegrityError:
+        earlier = find_by_idempotency_key(db, owner=owner, key=idempotency_key or "")
+        if earlier is None:
+            raise
+        return _same_body(earlier, request_hash), False
+    job = get_job(db, values["id"])
+    assert job is not None
+    return job, True
+
+
+def _same_body(earlier: JobRecord, request_hash: str | None) -> JobRecord:
+    if earlier.request_hash != request_hash:
+        raise IdempotencyConflict(earlier.id)
+    return earlier
+
+
+def find_by_idempotency_key(db: Engine, *, owner: str, key: str) -> JobRecord | None:
+    with db.connect() as connection:
+        row = connection.execute(select(jobs).where(
+            jobs.c.owner == owner, jobs.c.idempotency_key == key)).first()
+    return None if row is None else _record(row)
+
+
+def get_job(db: Engine, job_id: str, owner: str | None = None) -> JobRecord | None:
+    """A job by id; with ``owner``, only that owner's (another's reads as absent)."""
+    query = select(jobs).where(jobs.c.id == job_id)
+    if owner is not None:
+        query = query.where(jobs.c.owner == owner)
+    with db.connect() as connection:
+        row = connection.execute(query).first()
+    return None if row is None else _record(row)
+
+
+def list_jobs(db: Engine, *, owner: str, status: str | None, limit: int,
+              after: str | None) -> list[JobRecord]:
+    """An owner's jobs, newest first; ``after`` is the last id of the previous page."""
+    query = select(jobs).where(jobs.c.owner == owner)
+    if status is not None:
+        query = query.where(jobs.c.status == status)
+    if after is not None:
+        query = query.where(jobs.c.id < after)
+    query = query.order_by(jobs.c.id.desc()).limit(limit)
+    with db.connect() as connection:
+        return [_record(row) for row in connection.execute(query)]
+
+
+def claim_job(db: Engine, job_id: str) -> JobRecord | None:
+    """queued → running, once: None when the job is gone, taken or finished already."""
+    with db.begin() as connection:
+        taken = connection.execute(
+            update(jobs).where(jobs.c.id == job_id, jobs.c.status == QUEUED)
+            .values(status=RUNNING, started_at=time.time(),
+                    decode_runs=jobs.c.decode_runs + 1)).rowcount
+    return get_job(db, job_id) if taken == 1 else None
+
+
+def finish_job(db: Engine, job_id: str, *, status: str, result: dict[str, Any] | None = None,
+               error: dict[str, Any] | None = None, decode_ms: float | None = None) -> bool:
+    """running → a finished state; False when the job was not running any more."""
+    assert status in FINISHED
+    with db.begin() as connection:
+        changed = connection.execute(
+            update(jobs).where(jobs.c.id == job_id, jobs.c.status == RUNNING)
+            .values(status=status, result=_dumps(result), error=_dumps(error),
+                    finished_at=time.time(), decode_ms=decode_ms)).rowcount
+    return changed == 1
+
+
+def cancel_job(db: Engine, job_id: str, owner: str) -> JobRecord | None:
+    """A queued job is cancelled at once; a running one is asked to stop before its next row."""
+    now = time.time()
+    with db.begin() as connection:
+        connection.execute(
+            update(jobs).where(jobs.c.id == job_id, jobs.c.owner == owner,
+                               jobs.c.status == QUEUED)
+            .values(status=CANCELLED, finished_at=now, cancel_requested=True))
+        connection.execute(
+            update(jobs).where(jobs.c.id == job_id, jobs.c.owner == owner,
+                               jobs.c.status == RUNNING)
+            .values(cancel_requested=True))
+    return get_job(db, job_id, owner)
+
+
+def cancel_requested(db: Engine, job_id: str) -> bool:
+    with db.connect() as connection:
+        return bool(connection.execute(
+            select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar())
+
+
+def requeue_running(db: Engine, model: str | None = None) -> int:
+    """Put jobs left running by a process that died back in the queue (embedded start-up)."""
+    query = update(jobs).where(jobs.c.status == RUNNING)
+    if model is not None:
+        query = query.where(jobs.c.model == model)
+    with db.begin() as connection:
+        return connection.execute(query.values(status=QUEUED, started_at=None)).rowcount
+
+
+def queued_jobs(db: Engine, model: str | None = None) -> list[tuple[str, str, str]]:
+    """(id, model, priority) of every queued job, foreground first, oldest first."""
+    query = select(jobs.c.id, jobs.c.model, jobs.c.priority).where(jobs.c.status == QUEUED)
+    if model is not None:
+        query = query.where(jobs.c.model == model)
+    with db.connect() as connection:
+        rows = connection.execute(query.order_by(jobs.c.created_at)).all()
+    return sorted(((r.id, r.model, r.priority) for r in rows),
+                  key=lambda job: PRIORITIES.index(job[2]))
+
+
+def purge_finished_before(db: Engine, cutoff: float) -> int:
+    """Delete finished jobs older than ``cutoff`` (retention)."""
+    with db.begin() as connection:
+        return connection.execute(jobs.delete().where(
+            jobs.c.status.in_(FINISHED), jobs.c.finished_at < cutoff)).rowcount
+
+
+def count_jobs(db: Engine, **equal: Any) -> int:
+    query = select(func.count()).select_from(jobs)
+    for key, value in equal.items():
+        query = query.where(jobs.c[key] == value)
+    with db.connect() as connection:
+        return int(connection.execute(query).scalar() or 0)

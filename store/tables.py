@@ -1,0 +1,44 @@
+"""The tables, as SQLAlchemy Core. The migrations in ``migrations/`` create exactly these."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+jobs = Table(
+    "jobs", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("owner", String(64), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("priority", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("request", Text, nullable=False),
+    Column("metadata", Text, nullable=True),
+    Column("result", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("rows", Integer, nullable=False),
+    Column("input_tokens", Integer, nullable=False),
+    Column("idempotency_key", String(255), nullable=True),
+    Column("request_hash", String(64), nullable=True),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("decode_runs", Integer, nullable=False, default=0),
+    Column("created_at", Float, nullable=False),
+    Column("started_at", Float, nullable=True),
+    Column("finished_at", Float, nullable=True),
+    Column("decode_ms", Float, nullable=True),
+    UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
+    Index("ix_jobs_owner_id", "owner", "id"),
+    Index("ix_jobs_lane", "status", "model", "priority", "created_at"),
+)

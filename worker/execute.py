@@ -1,0 +1,63 @@
+"""Decoding one job: claim it, decode its rows, store the result, always reach a terminal state.
+
+The same function serves the embedded in-process worker and the Celery task: it takes a job id
+and reads everything else from the database, the source of truth.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from sqlalchemy import Engine as Database
+
+from decide.engine import Engine
+from decide.errors import DecideError
+from decide.protocol import parse_request
+from infra import metrics
+from store import jobs
+
+log = logging.getLogger("decide.worker")
+
+
+class Cancelled(Exception):
+    """The job was cancelled while it ran; it stops before its next row."""
+
+
+def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Engine],
+            on_finished: Callable[[str], None] | None = None) -> str | None:
+    """Decode ``job_id`` once; returns its final status, or None when it was not ours to run
+    (already taken, finished or cancelled: a redelivery is never decoded twice)."""
+    job = jobs.claim_job(db, job_id)
+    if job is None:
+        return None
+    started = time.perf_counter()
+    status, result, error = jobs.FAILED, None, None
+
+    def stop_if_cancelled() -> None:
+        if jobs.cancel_requested(db, job_id):
+            raise Cancelled
+
+    metrics.queue_wait.labels(job.model, job.priority).observe(
+        max(0.0, (job.started_at or job.created_at) - job.created_at))
+    try:
+        decision = engine_for(job.model).decide(parse_request(job.request), stop_if_cancelled)
+        status, result = jobs.SUCCEEDED, decision.to_wire()
+        metrics.input_tokens.labels(job.model).inc(decision.input_tokens)
+        for question_type, count in decision.rows_by_type.items():
+            metrics.rows_total.labels(job.model, question_type).inc(count)
+    except Cancelled:
+        status = jobs.CANCELLED
+    except DecideError as failure:  # the front door checked it; the model disagrees
+        error = {"error_type": "invalid_request_error", "message": str(failure)}
+    except Exception as failure:  # a job always ends, whatever broke
+        log.exception("job %s failed", job_id)
+        error = {"error_type": "internal_error", "message": f"decoding failed: {failure}"}
+    decode_ms = (time.perf_counter() - started) * 1000
+    jobs.finish_job(db, job_id, status=status, result=result, error=error, decode_ms=decode_ms)
+    metrics.decode_time.labels(job.model).observe(decode_ms / 1000)
+    metrics.jobs_finished.labels(job.model, job.priority, status).inc()
+    if on_finished is not None:
+        on_finished(job_id)
+    return status
