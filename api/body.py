@@ -12,6 +12,7 @@ from fastapi import Request
 
 from api.errors import ApiError, invalid
 from decide.errors import RequestTooLarge
+from decide.protocol import plain_json_problem
 from infra.settings import MAX_BODY_BYTES
 
 _TOO_LARGE = f"the request body is over {MAX_BODY_BYTES:,} bytes (32 MiB)"
@@ -76,9 +77,13 @@ def parse_json(data: bytes) -> Any:
     if not data.strip():
         raise invalid("body", [], "Field required: the body must be a JSON object", "missing")
     try:
-        return json.loads(data, parse_constant=_no_constants)
+        value = json.loads(data, parse_constant=_no_constants)
     except (ValueError, RecursionError) as error:
         raise invalid("body", [], f"JSON decode error: {error}", "json_invalid") from error
+    problem = plain_json_problem(value)
+    if problem is not None:
+        raise invalid("body", [], problem)
+    return value
 
 
 async def read_json(request: Request) -> Any:

@@ -58,6 +58,7 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
     request = parse_request(body)
     config = ctx.model(request.model)
     plan = ctx.planners[config.name].plan(request)
+    _check_lane(ctx, config.name, priority, len(plan.rows))
     try:
         job, created = jobs.create_job(
             ctx.db, owner=owner, model=config.name, priority=priority, request=body,
@@ -72,6 +73,22 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
         metrics.jobs_submitted.labels(job.model, priority).inc()
         ctx.queue.send(job.id, job.model, priority)
     return Accepted(job=job, created=created)
+
+
+ROWS_PER_SECOND_GUESS = 20
+"""A conservative decode rate for the Retry-After estimate of a full lane."""
+
+
+def _check_lane(ctx: ApiContext, model: str, priority: str, rows: int) -> None:
+    """SPEC §5: a lane over its queued-row limit refuses new work with 503 and Retry-After."""
+    limit = ctx.settings.lane_rows(priority)
+    queued = jobs.queued_rows(ctx.db, model=model, priority=priority)
+    if queued and queued + rows > limit:  # an idle lane always takes one request
+        retry = max(1, min(300, queued // ROWS_PER_SECOND_GUESS))
+        raise ApiError(503, "overloaded_error",
+                       f"the {priority} lane of {model!r} holds {queued:,} queued rows and "
+                       f"takes at most {limit:,}; retry after {retry} s",
+                       headers={"Retry-After": str(retry)})
 
 
 def owned_job(ctx: ApiContext, job_id: str, owner: str) -> jobs.JobRecord:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,43 @@ class DecisionRequest:
         return self.model is None or self.model.startswith(DEFAULT_MODEL_PREFIX)
 
 
+MAX_DEPTH = 200
+
+
+def plain_json_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be carried as text through the service, or None.
+
+    JSON parsers let through what UTF-8 and our renderers cannot: unpaired surrogates
+    (``"\\ud800"``), non-finite numbers (``1e999``) and nesting deep enough to exhaust
+    recursion. Walked iteratively, so depth itself cannot hurt.
+    """
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"the body nests deeper than {MAX_DEPTH} levels"
+        if isinstance(item, str):
+            if not item.isascii() and not _encodable(item):
+                return "the body holds a string with an unpaired surrogate (not valid Unicode)"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return "the body holds a number too large to represent"
+        elif isinstance(item, dict):
+            stack.extend((key, depth + 1) for key in item)
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_request(body: Any) -> DecisionRequest:
     """Validate a decoded JSON body; raise ``InvalidRequest`` naming every bad field.
 
@@ -35,6 +73,10 @@ def parse_request(body: Any) -> DecisionRequest:
     errors = Collector()
     if not isinstance(body, dict):
         errors.add((), f"the body must be a JSON object, not {json_kind(body)}", "dict_type")
+        raise_if_any(errors)
+    problem = plain_json_problem(body)
+    if problem is not None:
+        errors.add((), problem, "value_error")
         raise_if_any(errors)
     model = body.get("model")
     if model is not None and not isinstance(model, str):

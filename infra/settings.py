@@ -39,6 +39,10 @@ class Settings(BaseSettings):
     port: int = 8000
     sync_wait_seconds: float = 60.0
     """How long ``POST /v1/systemone`` waits for its job before answering 504 with its id."""
+    foreground_lane_rows: int = 20_000
+    """Queued rows a model's foreground lane holds before new work gets 503 (SPEC §5)."""
+    background_lane_rows: int = 5_000_000
+    """Queued rows a model's background lane holds before new work gets 503."""
     retention_days: float = 30.0
     """Finished jobs older than this are purged."""
 
@@ -53,6 +57,9 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.data_dir / 'decide.db'}"
+
+    def lane_rows(self, priority: str) -> int:
+        return self.foreground_lane_rows if priority == "foreground" else self.background_lane_rows
 
     @property
     def key_list(self) -> list[str]:

@@ -207,6 +207,15 @@ def queued_jobs(db: Engine, model: str | None = None) -> list[tuple[str, str, st
                   key=lambda job: PRIORITIES.index(job[2]))
 
 
+def queued_rows(db: Engine, *, model: str, priority: str) -> int:
+    """Rows waiting in one lane: what backpressure is measured in."""
+    with db.connect() as connection:
+        return int(connection.execute(
+            select(func.coalesce(func.sum(jobs.c.rows), 0)).where(
+                jobs.c.status == QUEUED, jobs.c.model == model,
+                jobs.c.priority == priority)).scalar() or 0)
+
+
 def purge_finished_before(db: Engine, cutoff: float) -> int:
     """Delete finished jobs older than ``cutoff`` (retention)."""
     with db.begin() as connection:

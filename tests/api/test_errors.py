@@ -1,0 +1,177 @@
+"""Every error row of SPEC §2.3 with its status and body shape, and each 413 limit of §2.4."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+import zstandard
+
+pytestmark = pytest.mark.model
+
+NOUL = {"type": "noul", "instructions": "Refund?"}
+
+
+def detail_422(response) -> list[dict]:
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert isinstance(detail, list) and detail
+    for entry in detail:
+        assert set(entry) >= {"loc", "msg", "type"} and entry["loc"][0] in ("body", "header",
+                                                                             "query")
+    return detail
+
+
+def error_body(response, status: int, error_type: str) -> dict:
+    assert response.status_code == status, response.text
+    detail = response.json()["detail"]
+    assert detail["error_type"] == error_type and detail["message"]
+    return detail
+
+
+@pytest.mark.parametrize("content, loc", [
+    (b"{", ["body"]),
+    (b"", ["body"]),
+    (b'{"state": NaN, "questions": {}}', ["body"]),
+    (b"\xff\xfe\x00garbage", ["body"]),
+    (b'[]', ["body"]),
+    (b'{"questions": {"r": {"type": "noul", "instructions": "?"}}}', ["body", "state"]),
+    (b'{"state": "s"}', ["body", "questions"]),
+    (b'{"state": "s", "questions": {}}', ["body", "questions"]),
+    (b'{"state": 5, "questions": {"r": {"type": "noul", "instructions": "?"}}}',
+     ["body", "state"]),
+    (b'{"state": "s", "questions": {"r": {"type": "rank"}}}', ["body", "questions", "r", "type"]),
+    (b'{"state": "s", "questions": {"r": {"type": "choice", "instructions": "?", '
+     b'"criteria": ["one"]}}}', ["body", "questions", "r", "criteria"]),
+    (b'{"state": "s", "questions": {"r": {"type": "score", "instructions": "?", '
+     b'"criteria": {"0": "a", "1": "b"}}}}', ["body", "questions", "r", "criteria"]),
+    (b'{"state": "s", "questions": {"r": {"type": "choice", "criteria": ["a", "b"]}}}',
+     ["body", "questions", "r", "instructions"]),
+    (b'{"state": "s", "questions": {"r": {"type": "noul"}}}',
+     ["body", "questions", "r", "instructions"]),
+    (b'{"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}, '
+     b'"x_priority": "urgent"}', ["body", "x_priority"]),
+])
+def test_422_points_at_the_field(open_client, content, loc):
+    assert detail_422(open_client.post("/v1/systemone", content=content))[0]["loc"] == loc
+
+
+def test_too_many_options_and_levels(open_client):
+    many = [f"o{i}" for i in range(256)]
+    response = open_client.post("/v1/systemone", json={"state": "s", "questions": {
+        "c": {"type": "choice", "instructions": "?", "criteria": many},
+        "s": {"type": "score", "instructions": "?", "criteria": many[:11]}}})
+    locs = [entry["loc"] for entry in detail_422(response)]
+    assert locs == [["body", "questions", "c", "criteria"], ["body", "questions", "s", "criteria"]]
+
+
+def test_413_more_than_1024_rows(open_client):
+    questions = {f"q{i}": NOUL for i in range(1025)}
+    detail = error_body(open_client.post("/v1/systemone", json={"state": "s",
+                                                                "questions": questions}),
+                        413, "request_too_large")
+    assert "1,025 rows" in detail["message"] and "1,024" in detail["message"]
+
+
+def test_413_a_row_over_the_context_window(open_client):
+    response = open_client.post("/v1/systemone", json={"state": "word " * 9000,
+                                                       "questions": {"r": NOUL}})
+    assert "context window of 8,192" in error_body(response, 413, "request_too_large")["message"]
+
+
+def test_413_a_row_over_36864_tokens(open_client):
+    response = open_client.post("/v1/systemone", json={
+        "model": "gemma-long", "state": "word " * 40000, "questions": {"r": NOUL}})
+    message = error_body(response, 413, "request_too_large")["message"]
+    assert "at most 36,864" in message
+
+
+def test_413_over_a_million_row_tokens(open_client):
+    questions = {f"q{i}": NOUL for i in range(200)}
+    response = open_client.post("/v1/systemone", json={"model": "gemma-long",
+                                                       "state": "word " * 6000,
+                                                       "questions": questions})
+    assert "1,048,576" in error_body(response, 413, "request_too_large")["message"]
+
+
+def test_413_a_body_over_32_mib(open_client):
+    body = json.dumps({"state": "x" * (32 * 1024 * 1024), "questions": {"r": NOUL}})
+    response = open_client.post("/v1/systemone", content=body.encode())
+    assert "32 MiB" in error_body(response, 413, "request_too_large")["message"]
+
+
+@pytest.mark.parametrize("encoding", ["zstd", "gzip"])
+def test_413_a_compressed_body_that_inflates_past_the_limit(open_client, encoding):
+    inflated = b'{"state": "' + b" " * (40 * 1024 * 1024) + b'"}'
+    packed = (zstandard.ZstdCompressor().compress(inflated) if encoding == "zstd"
+              else gzip.compress(inflated))
+    assert len(packed) < 200_000
+    response = open_client.post("/v1/systemone", content=packed,
+                                headers={"Content-Encoding": encoding})
+    assert "once decompressed" in error_body(response, 413, "request_too_large")["message"]
+
+
+def test_corrupt_compressed_body_is_422(open_client):
+    response = open_client.post("/v1/systemone", content=b"not zstd at all",
+                                headers={"Content-Encoding": "zstd"})
+    assert detail_422(response)[0]["type"] == "decompression_error"
+
+
+def test_unknown_encoding_is_415(open_client):
+    response = open_client.post("/v1/systemone", content=b"{}",
+                                headers={"Content-Encoding": "br"})
+    error_body(response, 415, "unsupported_media_type")
+
+
+def test_404_unknown_model_names_the_configured_ones(open_client):
+    response = open_client.post("/v1/systemone", json={"model": "gpt-9", "state": "s",
+                                                       "questions": {"r": NOUL}})
+    message = error_body(response, 404, "not_found_error")["message"]
+    assert "gpt-9" in message and "gemma-3-270m" in message and "gemma-long" in message
+
+
+def test_401_without_a_key_and_with_a_wrong_key(keyed_server):
+    with keyed_server.client() as anonymous:
+        response = anonymous.post("/v1/systemone", json={"state": "s", "questions": {"r": NOUL}})
+        error_body(response, 401, "authentication_error")
+    with keyed_server.client("not-a-key") as wrong:
+        error_body(wrong.get("/v1/models"), 401, "authentication_error")
+        error_body(wrong.get("/v1/jobs"), 401, "authentication_error")
+
+
+def test_404_for_another_callers_job(keyed_server):
+    with keyed_server.client("key-alpha") as alpha, keyed_server.client("key-beta") as beta:
+        job = alpha.post("/v1/jobs", json={"state": "s", "questions": {"r": NOUL}}).json()
+        for call in (beta.get, beta.delete):
+            error_body(call(f"/v1/jobs/{job['id']}"), 404, "not_found_error")
+        error_body(beta.get("/v1/jobs/job_doesnotexist"), 404, "not_found_error")
+
+
+def test_504_with_the_job_id_when_a_sync_call_outlives_its_wait(keyed_server):
+    questions = {f"q{i}": NOUL for i in range(150)}
+    with keyed_server.client("key-alpha") as alpha:
+        response = alpha.post("/v1/systemone", json={"state": "s", "questions": questions})
+        detail = error_body(response, 504, "timeout")
+        assert detail["job_id"] == response.headers["x-job-id"]
+        job = alpha.get(f"/v1/jobs/{detail['job_id']}", params={"wait": 60}).json()
+        assert job["status"] == "succeeded"
+        assert len(job["result"]["answers"]) == 150
+
+
+def test_503_when_a_lane_is_full(keyed_server):
+    """The keyed server's background lane takes 300 queued rows; a long foreground job keeps
+    the worker busy while background work piles up."""
+    busy = {f"q{i}": NOUL for i in range(120)}
+    batch = {f"q{i}": NOUL for i in range(200)}
+    with keyed_server.client("key-beta") as beta:
+        first = beta.post("/v1/systemone", headers={"Prefer": "respond-async"},
+                          json={"state": "busy", "questions": busy}).json()
+        accepted = beta.post("/v1/jobs", json={"state": "a", "questions": batch})
+        assert accepted.status_code == 202
+        refused = beta.post("/v1/jobs", json={"state": "b", "questions": batch})
+        detail = error_body(refused, 503, "overloaded_error")
+        assert "300" in detail["message"]
+        assert int(refused.headers["retry-after"]) >= 1
+        beta.delete(f"/v1/jobs/{accepted.json()['id']}")
+        beta.delete(f"/v1/jobs/{first['id']}")
