@@ -15,11 +15,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# The embedded default: SQLite under the data directory, an in-process worker, 127.0.0.1:8000.
 start: install
-	$(VENV)/bin/decide models
-	$(VENV)/bin/decide run "My card was charged twice for order A-104. Please refund the duplicate." \
-		--choice "Which department should handle this?" billing technical sales \
-		--noul "Does the customer ask for a refund?"
+	$(VENV)/bin/decide serve
 
 lint: install
 	$(PY) -m ruff check .

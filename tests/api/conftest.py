@@ -24,6 +24,7 @@ def free_port() -> int:
 
 class Server:
     def __init__(self, root: Path, env: dict[str, str]) -> None:
+        self.root = root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = root / "server.log"

@@ -66,12 +66,15 @@ def test_too_many_options_and_levels(open_client):
     assert locs == [["body", "questions", "c", "criteria"], ["body", "questions", "s", "criteria"]]
 
 
-def test_413_more_than_1024_rows(open_client):
+def test_413_more_than_1024_rows_and_no_job_is_created(open_client):
+    before = open_client.get("/v1/jobs", params={"limit": 1}).json()["data"]
     questions = {f"q{i}": NOUL for i in range(1025)}
     detail = error_body(open_client.post("/v1/systemone", json={"state": "s",
                                                                 "questions": questions}),
                         413, "request_too_large")
     assert "1,025 rows" in detail["message"] and "1,024" in detail["message"]
+    detail_422(open_client.post("/v1/jobs", json={"state": None, "questions": questions}))
+    assert open_client.get("/v1/jobs", params={"limit": 1}).json()["data"] == before
 
 
 def test_413_a_row_over_the_context_window(open_client):

@@ -150,3 +150,12 @@ def test_metadata_over_16_kib_is_refused(alpha):
     bad_priority = alpha.post("/v1/jobs", json={"state": "s", "questions": {"r": NOUL},
                                                 "priority": "urgent"})
     assert bad_priority.json()["detail"][0]["loc"] == ["body", "priority"]
+
+
+def test_keys_are_never_stored_in_clear(alpha, keyed_server):
+    from api.auth import key_id
+
+    alpha.post("/v1/jobs", json={"state": TICKET, "questions": {"r": NOUL}})
+    stored = b"".join(path.read_bytes() for path in keyed_server.root.glob("jobs.db*"))
+    assert b"key-alpha" not in stored and b"key-beta" not in stored
+    assert key_id("key-alpha").encode() in stored  # jobs belong to the key's id

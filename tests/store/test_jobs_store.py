@@ -1,0 +1,92 @@
+"""Job transitions on SQLite and PostgreSQL, through the Alembic-migrated schema."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import inspect
+
+from store import jobs
+from store.migrate import upgrade
+
+REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
+
+
+def new(db, owner="alice", priority="background", **extra):
+    job, created = jobs.create_job(db, owner=owner, model="m", priority=priority,
+                                   request=REQUEST, metadata={"k": "v"}, rows=1,
+                                   input_tokens=20, **extra)
+    return job, created
+
+
+def test_migrations_create_the_jobs_table_and_are_idempotent(db):
+    columns = {column["name"] for column in inspect(db).get_columns("jobs")}
+    assert {"id", "owner", "status", "request", "result", "decode_runs"} <= columns
+    upgrade(str(db.url.render_as_string(hide_password=False)))  # a second run changes nothing
+
+
+def test_a_job_is_claimed_once_and_finished_once(db):
+    job, created = new(db)
+    assert created and job.status == jobs.QUEUED and job.metadata == {"k": "v"}
+    claimed = jobs.claim_job(db, job.id)
+    assert claimed is not None and claimed.status == jobs.RUNNING and claimed.decode_runs == 1
+    assert jobs.claim_job(db, job.id) is None  # a redelivery is not ours to run
+    assert jobs.finish_job(db, job.id, status=jobs.SUCCEEDED, result={"answers": {}},
+                           decode_ms=5.0)
+    assert not jobs.finish_job(db, job.id, status=jobs.FAILED)  # finished stays finished
+    done = jobs.get_job(db, job.id)
+    assert done.status == jobs.SUCCEEDED and done.result == {"answers": {}}
+    assert jobs.claim_job(db, job.id) is None
+
+
+def test_concurrent_claims_take_a_job_once(db):
+    job, _ = new(db)
+    winners = []
+
+    def claim() -> None:
+        if jobs.claim_job(db, job.id) is not None:
+            winners.append(1)
+
+    threads = [threading.Thread(target=claim) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(winners) == 1
+
+
+def test_cancel_queued_then_running(db):
+    queued, _ = new(db)
+    assert jobs.cancel_job(db, queued.id, "alice").status == jobs.CANCELLED
+    assert jobs.claim_job(db, queued.id) is None
+    running, _ = new(db)
+    jobs.claim_job(db, running.id)
+    assert jobs.cancel_job(db, running.id, "bob") is None  # not bob's
+    assert jobs.cancel_job(db, running.id, "alice").status == jobs.RUNNING
+    assert jobs.cancel_requested(db, running.id)
+
+
+def test_idempotency_keys_per_owner(db):
+    first, created = new(db, idempotency_key="k1", request_hash="h1")
+    again, created_again = new(db, idempotency_key="k1", request_hash="h1")
+    assert created and not created_again and again.id == first.id
+    with pytest.raises(jobs.IdempotencyConflict):
+        new(db, idempotency_key="k1", request_hash="h2")
+    _, other_owner = new(db, owner="bob", idempotency_key="k1", request_hash="h2")
+    assert other_owner
+
+
+def test_lists_lanes_and_retention(db):
+    ids = [new(db, priority=p)[0].id for p in ("background", "foreground", "background")]
+    assert [job.id for job in jobs.list_jobs(db, owner="alice", status=None, limit=10,
+                                             after=None)] == ids[::-1]
+    assert [job_id for job_id, _, _ in jobs.queued_jobs(db)] == [ids[1], ids[0], ids[2]]
+    assert jobs.queued_rows(db, model="m", priority="background") == 2
+    jobs.claim_job(db, ids[0])
+    assert jobs.requeue_running(db) == 1
+    jobs.claim_job(db, ids[0])
+    jobs.finish_job(db, ids[0], status=jobs.SUCCEEDED, result={})
+    assert jobs.purge_finished_before(db, cutoff=0) == 0
+    assert jobs.purge_finished_before(db, cutoff=10**12) == 1
+    assert jobs.get_job(db, ids[0]) is None
