@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on (default DECIDE_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default DECIDE_PORT, 8000)")
     commands.add_parser("migrate", help="apply the database migrations")
+    worker = commands.add_parser("worker", help="a Celery worker holding one model")
+    worker.add_argument("--model", help="the configured model it serves (default: the default)")
     return parser
 
 
@@ -74,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return serve_command(args)
         if args.command == "migrate":
             return migrate_command()
+        if args.command == "worker":
+            return worker_command(args)
         return models_command()
     except (UsageError, DecideError, ConfigError) as error:
         print(f"decide: {describe(error)}", file=sys.stderr)
@@ -216,12 +220,14 @@ def serve_command(args: argparse.Namespace) -> int:
     from infra.settings import Settings
 
     settings = Settings()
-    if not settings.embedded:
-        raise UsageError("DECIDE_BROKER_URL is set, but the distributed front door is not "
-                         "built yet; unset it to serve embedded")
-    from launch.embedded import build_embedded
+    if settings.embedded:
+        from launch.embedded import build_embedded
 
-    app = build_embedded(settings)
+        app = build_embedded(settings)
+    else:
+        from launch.distributed import build_distributed
+
+        app = build_distributed(settings)
     uvicorn.run(app, host=args.host or settings.host, port=args.port or settings.port,
                 log_level="info")
     return 0
@@ -234,4 +240,15 @@ def migrate_command() -> int:
     url = Settings().resolved_database_url
     upgrade(url)
     print(f"database at head: {url.split('@')[-1]}")
+    return 0
+
+
+def worker_command(args: argparse.Namespace) -> int:
+    import logging
+
+    from infra.settings import Settings
+    from worker.celery_worker import run_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    run_worker(Settings(), args.model)
     return 0

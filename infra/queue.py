@@ -10,6 +10,10 @@ class JobQueue(Protocol):
         """Deliver ``job_id`` to a worker of ``model`` in the ``priority`` lane."""
         ...
 
+    def send_batch(self, job_ids: list[str], model: str, priority: str) -> None:
+        """Deliver a batch's items (or leave them to a feeder that takes them in turn)."""
+        ...
+
     def ready(self) -> tuple[bool, str]:
         """Whether jobs sent now would be decoded, and why not when they would not."""
         ...

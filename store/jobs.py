@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, func, literal, select, update
 from sqlalchemy.exc import IntegrityError
 
-from store.tables import jobs
+from store.tables import batches, jobs, usage, workers
 
 QUEUED, RUNNING = "queued", "running"
 SUCCEEDED, FAILED, CANCELLED, EXPIRED = "succeeded", "failed", "cancelled", "expired"
@@ -51,6 +51,11 @@ class JobRecord:
     started_at: float | None
     finished_at: float | None
     decode_ms: float | None
+    sent_at: float | None = None
+    worker_id: str | None = None
+    batch_id: str | None = None
+    item_index: int | None = None
+    custom_id: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -144,26 +149,92 @@ def list_jobs(db: Engine, *, owner: str, status: str | None, limit: int,
         return [_record(row) for row in connection.execute(query)]
 
 
-def claim_job(db: Engine, job_id: str) -> JobRecord | None:
-    """queued → running, once: None when the job is gone, taken or finished already."""
+def claim_job(db: Engine, job_id: str, worker_id: str | None = None) -> JobRecord | None:
+    """queued → running, once: None when the job is gone, taken or finished already.
+
+    ``decode_runs`` counts the claims, so every decode execution is on record."""
     with db.begin() as connection:
         taken = connection.execute(
             update(jobs).where(jobs.c.id == job_id, jobs.c.status == QUEUED)
-            .values(status=RUNNING, started_at=time.time(),
+            .values(status=RUNNING, started_at=time.time(), worker_id=worker_id,
                     decode_runs=jobs.c.decode_runs + 1)).rowcount
     return get_job(db, job_id) if taken == 1 else None
 
 
 def finish_job(db: Engine, job_id: str, *, status: str, result: dict[str, Any] | None = None,
-               error: dict[str, Any] | None = None, decode_ms: float | None = None) -> bool:
-    """running → a finished state; False when the job was not running any more."""
+               error: dict[str, Any] | None = None, decode_ms: float | None = None,
+               input_tokens: int | None = None) -> bool:
+    """running → a finished state, with its usage recorded in the same transaction; False when
+    the job was not running any more."""
     assert status in FINISHED
+    values: dict[str, Any] = {"status": status, "result": _dumps(result),
+                              "error": _dumps(error), "finished_at": time.time(),
+                              "decode_ms": decode_ms}
+    if input_tokens is not None:
+        values["input_tokens"] = input_tokens
     with db.begin() as connection:
         changed = connection.execute(
             update(jobs).where(jobs.c.id == job_id, jobs.c.status == RUNNING)
-            .values(status=status, result=_dumps(result), error=_dumps(error),
-                    finished_at=time.time(), decode_ms=decode_ms)).rowcount
+            .values(**values)).rowcount
+        if changed == 1 and status == SUCCEEDED:
+            connection.execute(usage.insert().from_select(
+                ["job_id", "owner", "model", "finished_at", "input_tokens", "rows"],
+                select(jobs.c.id, jobs.c.owner, jobs.c.model, literal(values["finished_at"]),
+                       jobs.c.input_tokens, jobs.c.rows).where(jobs.c.id == job_id)))
     return changed == 1
+
+
+def full_request(db: Engine, job: JobRecord) -> dict[str, Any]:
+    """The System One body of a job; a batch item's questions live once on its batch."""
+    if job.batch_id is None:
+        return job.request
+    with db.connect() as connection:
+        questions = connection.execute(select(batches.c.questions).where(
+            batches.c.id == job.batch_id)).scalar_one()
+    return {"model": job.model, "state": job.request["state"], "questions": _loads(questions)}
+
+
+def mark_sent(db: Engine, job_ids: list[str]) -> None:
+    if job_ids:
+        with db.begin() as connection:
+            connection.execute(update(jobs).where(jobs.c.id.in_(job_ids))
+                               .values(sent_at=time.time()))
+
+
+def unsent_jobs(db: Engine, *, model: str, priority: str, limit: int) -> list[str]:
+    """Queued jobs no queue was given yet, oldest first (what the feeder sends next)."""
+    with db.connect() as connection:
+        return list(connection.execute(
+            select(jobs.c.id).where(jobs.c.status == QUEUED, jobs.c.sent_at.is_(None),
+                                    jobs.c.model == model, jobs.c.priority == priority)
+            .order_by(jobs.c.created_at, jobs.c.id).limit(limit)).scalars())
+
+
+def sent_queued_count(db: Engine, *, model: str, priority: str) -> int:
+    with db.connect() as connection:
+        return int(connection.execute(
+            select(func.count()).select_from(jobs).where(
+                jobs.c.status == QUEUED, jobs.c.sent_at.is_not(None),
+                jobs.c.model == model, jobs.c.priority == priority)).scalar() or 0)
+
+
+def forget_sent(db: Engine, *, model: str, priority: str, sent_before: float) -> int:
+    """Queued jobs whose message was lost (a broker that restarted empty) are sent again."""
+    with db.begin() as connection:
+        return connection.execute(
+            update(jobs).where(jobs.c.status == QUEUED, jobs.c.model == model,
+                               jobs.c.priority == priority, jobs.c.sent_at < sent_before)
+            .values(sent_at=None)).rowcount
+
+
+def requeue_abandoned(db: Engine, *, alive_since: float) -> int:
+    """Jobs running on a worker that stopped beating go back to the queue, to be sent again."""
+    alive = select(workers.c.id).where(workers.c.last_seen >= alive_since)
+    with db.begin() as connection:
+        return connection.execute(
+            update(jobs).where(jobs.c.status == RUNNING, jobs.c.worker_id.is_not(None),
+                               jobs.c.worker_id.not_in(alive))
+            .values(status=QUEUED, started_at=None, worker_id=None, sent_at=None)).rowcount
 
 
 def cancel_job(db: Engine, job_id: str, owner: str) -> JobRecord | None:

@@ -24,3 +24,22 @@ def upgrade(url: str) -> None:
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     command.upgrade(alembic_config(url), "head")
+
+
+def require_head(url: str) -> None:
+    """Refuse to serve a database that ``decide migrate`` has not brought up to date."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    from store.db import make_engine
+
+    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            current = MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
+    if current != head:
+        raise SystemExit(f"the database is at revision {current or 'none'}, not {head}: "
+                         "run `decide migrate` first")

@@ -38,7 +38,49 @@ jobs = Table(
     Column("started_at", Float, nullable=True),
     Column("finished_at", Float, nullable=True),
     Column("decode_ms", Float, nullable=True),
+    Column("sent_at", Float, nullable=True),
+    Column("worker_id", String(120), nullable=True),
+    Column("batch_id", String(40), nullable=True),
+    Column("item_index", Integer, nullable=True),
+    Column("custom_id", Text, nullable=True),
     UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
     Index("ix_jobs_owner_id", "owner", "id"),
     Index("ix_jobs_lane", "status", "model", "priority", "created_at"),
+    Index("ix_jobs_batch", "batch_id", "item_index"),
+)
+
+batches = Table(
+    "batches", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("owner", String(64), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("priority", String(16), nullable=False),
+    Column("questions", Text, nullable=False),
+    Column("metadata", Text, nullable=True),
+    Column("total", Integer, nullable=False),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_batches_owner_id", "owner", "id"),
+)
+
+workers = Table(
+    "workers", metadata,
+    Column("id", String(120), primary_key=True),
+    Column("model", String(200), nullable=False),
+    Column("hostname", String(200), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("metrics_port", Integer, nullable=True),
+    Column("started_at", Float, nullable=False),
+    Column("last_seen", Float, nullable=False),
+)
+
+usage = Table(
+    "usage", metadata,
+    Column("job_id", String(40), primary_key=True),
+    Column("owner", String(64), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("finished_at", Float, nullable=False),
+    Column("input_tokens", Integer, nullable=False),
+    Column("rows", Integer, nullable=False),
+    Index("ix_usage_owner_time", "owner", "finished_at"),
 )

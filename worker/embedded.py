@@ -56,6 +56,10 @@ class EmbeddedWorker:
     def send(self, job_id: str, model: str, priority: str) -> None:
         self._queue.put((_LANE_ORDER.get(priority, 1), next(self._order), job_id))
 
+    def send_batch(self, job_ids: list[str], model: str, priority: str) -> None:
+        for job_id in job_ids:
+            self.send(job_id, model, priority)
+
     def ready(self) -> tuple[bool, str]:
         if self.load_error is not None:
             return False, f"the default model could not be loaded: {self.load_error}"

@@ -26,14 +26,15 @@ class Cancelled(Exception):
 
 
 def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Engine],
-            on_finished: Callable[[str], None] | None = None) -> str | None:
+            on_finished: Callable[[str], None] | None = None,
+            worker_id: str | None = None) -> str | None:
     """Decode ``job_id`` once; returns its final status, or None when it was not ours to run
     (already taken, finished or cancelled: a redelivery is never decoded twice)."""
-    job = jobs.claim_job(db, job_id)
+    job = jobs.claim_job(db, job_id, worker_id)
     if job is None:
         return None
     started = time.perf_counter()
-    status, result, error = jobs.FAILED, None, None
+    status, result, error, tokens = jobs.FAILED, None, None, None
 
     def stop_if_cancelled() -> None:
         if jobs.cancel_requested(db, job_id):
@@ -42,8 +43,9 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Engine],
     metrics.queue_wait.labels(job.model, job.priority).observe(
         max(0.0, (job.started_at or job.created_at) - job.created_at))
     try:
-        decision = engine_for(job.model).decide(parse_request(job.request), stop_if_cancelled)
-        status, result = jobs.SUCCEEDED, decision.to_wire()
+        request = parse_request(jobs.full_request(db, job))
+        decision = engine_for(job.model).decide(request, stop_if_cancelled)
+        status, result, tokens = jobs.SUCCEEDED, decision.to_wire(), decision.input_tokens
         metrics.input_tokens.labels(job.model).inc(decision.input_tokens)
         for question_type, count in decision.rows_by_type.items():
             metrics.rows_total.labels(job.model, question_type).inc(count)
@@ -55,7 +57,8 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Engine],
         log.exception("job %s failed", job_id)
         error = {"error_type": "internal_error", "message": f"decoding failed: {failure}"}
     decode_ms = (time.perf_counter() - started) * 1000
-    jobs.finish_job(db, job_id, status=status, result=result, error=error, decode_ms=decode_ms)
+    jobs.finish_job(db, job_id, status=status, result=result, error=error, decode_ms=decode_ms,
+                    input_tokens=tokens)
     metrics.decode_time.labels(job.model).observe(decode_ms / 1000)
     metrics.jobs_finished.labels(job.model, job.priority, status).inc()
     if on_finished is not None:

@@ -1,0 +1,108 @@
+"""Celery on Redis: the transport of the distributed setup.
+
+Redis only carries job ids; PostgreSQL is the source of truth. A message that Redis loses is
+found from the database and sent again (``worker.delivery``); a message delivered twice finds
+its job already claimed and does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+from celery import Celery
+from kombu import Exchange, Queue
+
+from infra.lanes import FINISHED_CHANNEL, LANES, TASK_NAME, lane
+
+log = logging.getLogger("decide.broker")
+
+
+def make_celery(broker_url: str) -> Celery:
+    """One Celery app for senders and workers: late acks, one message at a time, and queues
+    polled strictly in the order given (foreground before background)."""
+    app = Celery("decide", broker=broker_url)
+    app.conf.update(
+        task_serializer="json", accept_content=["json"], task_ignore_result=True,
+        task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
+        broker_connection_retry_on_startup=True, worker_hijack_root_logger=False,
+        broker_transport_options={"queue_order_strategy": "priority",
+                                  "visibility_timeout": 3600},
+        task_create_missing_queues=True,
+    )
+    return app
+
+
+def lane_queue(model: str, priority: str) -> Queue:
+    name = lane(model, priority)
+    return Queue(name, Exchange(name, type="direct"), routing_key=name)
+
+
+class Broker:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.celery = make_celery(url)
+        self.redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+
+    def send(self, job_id: str, model: str, priority: str) -> None:
+        """Put a job id on its lane; raises when the broker cannot be reached."""
+        queue = lane_queue(model, priority)
+        self.celery.send_task(TASK_NAME, args=[job_id], task_id=job_id, queue=queue,
+                              declare=[queue], retry=True,
+                              retry_policy={"max_retries": 2, "interval_start": 0,
+                                            "interval_step": 0.2, "interval_max": 0.5})
+
+    def lane_length(self, model: str, priority: str) -> int:
+        return int(self.redis.llen(lane(model, priority)))
+
+    def lane_lengths(self, models: list[str]) -> dict[tuple[str, str], int]:
+        pipe = self.redis.pipeline()
+        keys = [(model, priority) for model in models for priority in LANES]
+        for model, priority in keys:
+            pipe.llen(lane(model, priority))
+        return dict(zip(keys, (int(length) for length in pipe.execute())))
+
+    def ping(self) -> bool:
+        try:
+            return bool(self.redis.ping())
+        except redis.RedisError:
+            return False
+
+    def publish_finished(self, job_id: str) -> None:
+        try:
+            self.redis.publish(FINISHED_CHANNEL, job_id)
+        except redis.RedisError:
+            log.warning("could not announce job %s; waiters will poll", job_id)
+
+
+class FinishedListener:
+    """A thread that hands every finished job id announced on Redis to ``on_finished``,
+    reconnecting when Redis goes away (waiters poll the database meanwhile)."""
+
+    def __init__(self, url: str, on_finished: Callable[[str], None]) -> None:
+        self._url = url
+        self._on_finished = on_finished
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="decide-finished", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                client = redis.Redis.from_url(self._url, socket_connect_timeout=5)
+                pubsub = client.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(FINISHED_CHANNEL)
+                while not self._stopping.is_set():
+                    message = pubsub.get_message(timeout=1.0)
+                    if message and message.get("type") == "message":
+                        self._on_finished(message["data"].decode())
+            except (redis.RedisError, OSError):
+                time.sleep(0.5)

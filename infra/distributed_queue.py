@@ -1,0 +1,43 @@
+"""The front door's transport in the distributed setup: Celery lanes on Redis."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sqlalchemy import Engine as Database
+
+from infra.broker import Broker
+from store import jobs
+from store.workers import live_counts
+
+log = logging.getLogger("decide.api")
+
+
+class CeleryQueue:
+    def __init__(self, *, db: Database, broker: Broker, models: list[str]) -> None:
+        self._db = db
+        self._broker = broker
+        self._models = models
+
+    def send(self, job_id: str, model: str, priority: str) -> None:
+        """Send at once (a caller may be waiting); if the broker is away, the job stays
+        unsent in the database and the workers' delivery loop sends it later."""
+        try:
+            self._broker.send(job_id, model, priority)
+        except Exception as error:
+            log.warning("job %s stays queued unsent: %s", job_id, error)
+            return
+        jobs.mark_sent(self._db, [job_id])
+
+    def send_batch(self, job_ids: list[str], model: str, priority: str) -> None:
+        """Batch items are left to the delivery loop, which feeds lanes as they drain."""
+
+    def ready(self) -> tuple[bool, str]:
+        if not self._broker.ping():
+            return False, "the broker does not answer"
+        alive = live_counts(self._db, now=time.time())
+        missing = [model for model in self._models if not alive.get(model)]
+        if missing:
+            return False, f"no live worker for {', '.join(missing)}"
+        return True, ", ".join(f"{model}: {alive[model]} workers" for model in self._models)

@@ -1,0 +1,46 @@
+"""Worker heartbeats: who is alive, for which model (readiness, re-queueing, metrics)."""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import Engine, delete, func, select, update
+
+from store.tables import workers
+
+HEARTBEAT_SECONDS = 2.0
+DEAD_AFTER_SECONDS = 10.0
+"""A worker silent this long is dead: its running job goes back to the queue."""
+
+
+def beat(db: Engine, *, worker_id: str, model: str, hostname: str, pid: int,
+         metrics_port: int | None = None) -> None:
+    now = time.time()
+    with db.begin() as connection:
+        touched = connection.execute(update(workers).where(workers.c.id == worker_id)
+                                     .values(last_seen=now)).rowcount
+        if touched == 0:
+            connection.execute(workers.insert().values(
+                id=worker_id, model=model, hostname=hostname, pid=pid,
+                metrics_port=metrics_port, started_at=now, last_seen=now))
+
+
+def leave(db: Engine, worker_id: str) -> None:
+    with db.begin() as connection:
+        connection.execute(delete(workers).where(workers.c.id == worker_id))
+
+
+def live_counts(db: Engine, *, now: float | None = None) -> dict[str, int]:
+    """Live workers per model."""
+    since = (now or time.time()) - DEAD_AFTER_SECONDS
+    with db.connect() as connection:
+        rows = connection.execute(select(workers.c.model, func.count())
+                                  .where(workers.c.last_seen >= since)
+                                  .group_by(workers.c.model)).all()
+    return {model: int(count) for model, count in rows}
+
+
+def forget_dead(db: Engine, *, older_than: float) -> int:
+    with db.begin() as connection:
+        return connection.execute(delete(workers).where(workers.c.last_seen < older_than)
+                                  ).rowcount

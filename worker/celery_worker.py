@@ -1,0 +1,72 @@
+"""``decide worker --model NAME``: a Celery worker that holds one loaded model.
+
+One process, solo pool, one message in hand (prefetch 1, late acks), queues polled strictly
+foreground first. The model is loaded once, before the worker takes anything; a heartbeat
+thread says the worker is alive; a delivery thread keeps the lanes fed from the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+
+from infra.broker import Broker
+from infra.lanes import TASK_NAME, lanes_of
+from infra.models import load_catalog
+from infra.settings import Settings
+from store.db import make_engine
+from store.workers import HEARTBEAT_SECONDS, beat, leave
+from worker.delivery import Delivery
+from worker.execute import run_job
+from worker.loading import load_decoding_engine
+
+log = logging.getLogger("decide.worker")
+
+
+def run_worker(settings: Settings, model_name: str | None) -> None:
+    if not settings.broker_url:
+        raise SystemExit("decide worker needs DECIDE_BROKER_URL (and DECIDE_DATABASE_URL)")
+    catalog = load_catalog(settings)
+    config = catalog.get(model_name)
+    loaded = load_decoding_engine(config, settings)
+    db = make_engine(settings.resolved_database_url)
+    broker = Broker(settings.broker_url)
+    worker_id = f"{socket.gethostname()}:{os.getpid()}:{config.name}"
+
+    def engine_for(model: str):
+        if model != config.name:
+            raise RuntimeError(f"worker of {config.name!r} got a job for {model!r}")
+        return loaded.engine
+
+    @broker.celery.task(name=TASK_NAME, acks_late=True)
+    def run_job_task(job_id: str) -> str | None:
+        return run_job(job_id, db=db, engine_for=engine_for, worker_id=worker_id,
+                       on_finished=broker.publish_finished)
+
+    stopping = threading.Event()
+
+    def heartbeat() -> None:
+        while not stopping.is_set():
+            try:
+                beat(db, worker_id=worker_id, model=config.name,
+                     hostname=socket.gethostname(), pid=os.getpid())
+            except Exception:  # a database outage must not kill the worker
+                log.exception("heartbeat failed")
+            stopping.wait(HEARTBEAT_SECONDS)
+
+    threading.Thread(target=heartbeat, name="decide-heartbeat", daemon=True).start()
+    delivery = Delivery(db=db, broker=broker, models=list(catalog.models))
+    delivery.start()
+    try:
+        broker.celery.worker_main([
+            "worker", "--pool=solo", "--concurrency=1", "--prefetch-multiplier=1",
+            f"--queues={','.join(lanes_of(config.name))}",
+            f"--hostname={config.name}@{socket.gethostname()}-{os.getpid()}",
+            "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=INFO"])
+    finally:
+        stopping.set()
+        delivery.stop()
+        leave(db, worker_id)
+        loaded.close()

@@ -1,0 +1,116 @@
+"""Delivery: PostgreSQL is the queue of record; Redis holds a short window of it.
+
+One loop (in every worker process; with PostgreSQL only the holder of an advisory lock acts)
+keeps each lane's Redis list topped up from the database, oldest first, and repairs what the
+transport lost:
+  * a job queued in the database but never sent (the front door died, Redis was down, or a
+    batch item waiting its turn) is sent when its lane has room;
+  * when a lane's list and the workers' in-hand messages hold fewer jobs than the database
+    says were sent (Redis restarted empty, FLUSHALL), those jobs are sent again;
+  * a job running on a worker that stopped beating (SIGKILL) goes back to the queue.
+Sending a job twice is harmless: a worker claims it with a conditional UPDATE or skips it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from sqlalchemy import Engine as Database
+from sqlalchemy import text
+
+from infra.broker import Broker
+from infra.lanes import LANES
+from store import jobs
+from store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
+
+log = logging.getLogger("decide.delivery")
+TICK_SECONDS = 0.2
+LANE_WINDOW = 16
+"""Messages kept waiting in each lane's Redis list: enough to keep workers busy between ticks,
+few enough that Redis never holds a backlog."""
+RESEND_GRACE_SECONDS = 3.0
+_LOCK_KEY = 0x6465636964  # "decid"
+
+
+class Delivery:
+    def __init__(self, *, db: Database, broker: Broker, models: list[str]) -> None:
+        self._db = db
+        self._broker = broker
+        self._models = models
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="decide-delivery", daemon=True)
+        self._lock_connection = None
+        self._last_repair = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                if self._leading():
+                    self.tick()
+            except Exception:  # the loop outlives a broker or database outage
+                log.exception("delivery tick failed")
+                self._drop_lock()
+                time.sleep(1.0)
+            self._stopping.wait(TICK_SECONDS)
+
+    def _leading(self) -> bool:
+        """With PostgreSQL, one delivery loop acts at a time (a session advisory lock)."""
+        if self._db.dialect.name != "postgresql":
+            return True
+        if self._lock_connection is None:
+            connection = self._db.connect()
+            held = connection.execute(text("SELECT pg_try_advisory_lock(:key)"),
+                                      {"key": _LOCK_KEY}).scalar()
+            connection.commit()
+            if not held:
+                connection.close()
+                return False
+            self._lock_connection = connection
+        return True
+
+    def _drop_lock(self) -> None:
+        if self._lock_connection is not None:
+            try:
+                self._lock_connection.close()
+            finally:
+                self._lock_connection = None
+
+    def tick(self) -> None:
+        now = time.time()
+        alive = live_counts(self._db, now=now)
+        if now - self._last_repair >= 1.0:
+            self._last_repair = now
+            requeued = jobs.requeue_abandoned(self._db, alive_since=now - DEAD_AFTER_SECONDS)
+            if requeued:
+                log.warning("re-queued %d jobs of workers that stopped", requeued)
+            forget_dead(self._db, older_than=now - 10 * DEAD_AFTER_SECONDS)
+        lengths = self._broker.lane_lengths(self._models)
+        for model in self._models:
+            for priority in LANES:
+                self._refill(model, priority, lengths[(model, priority)], alive.get(model, 0),
+                             now)
+
+    def _refill(self, model: str, priority: str, in_redis: int, workers: int,
+                now: float) -> None:
+        sent = jobs.sent_queued_count(self._db, model=model, priority=priority)
+        if sent > in_redis + workers:
+            lost = jobs.forget_sent(self._db, model=model, priority=priority,
+                                    sent_before=now - RESEND_GRACE_SECONDS)
+            if lost:
+                log.warning("%s %s: %d sent jobs are not on the broker; sending again",
+                            model, priority, lost)
+        room = LANE_WINDOW - in_redis
+        if room <= 0:
+            return
+        job_ids = jobs.unsent_jobs(self._db, model=model, priority=priority, limit=room)
+        for job_id in job_ids:
+            self._broker.send(job_id, model, priority)
+        jobs.mark_sent(self._db, job_ids)
