@@ -9,7 +9,7 @@ from fastapi import FastAPI, Request, Response
 
 from api.context import ApiContext
 from api.errors import install_error_handlers
-from api.routes import decisions, health, jobs, models
+from api.routes import batches, decisions, health, jobs, models, usage
 from infra import metrics
 
 
@@ -18,7 +18,7 @@ def create_app(context: ApiContext) -> FastAPI:
                   description="Typed decisions with calibrated probabilities (System One).")
     app.state.context = context
     install_error_handlers(app)
-    for module in (decisions, jobs, models, health):
+    for module in (decisions, jobs, batches, usage, models, health):
         app.include_router(module.router)
     app.middleware("http")(_measure)
     return app

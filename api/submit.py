@@ -58,7 +58,7 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
     request = parse_request(body)
     config = ctx.model(request.model)
     plan = ctx.planners[config.name].plan(request)
-    _check_lane(ctx, config.name, priority, len(plan.rows))
+    check_lane(ctx, config.name, priority, len(plan.rows))
     try:
         job, created = jobs.create_job(
             ctx.db, owner=owner, model=config.name, priority=priority, request=body,
@@ -79,7 +79,7 @@ ROWS_PER_SECOND_GUESS = 20
 """A conservative decode rate for the Retry-After estimate of a full lane."""
 
 
-def _check_lane(ctx: ApiContext, model: str, priority: str, rows: int) -> None:
+def check_lane(ctx: ApiContext, model: str, priority: str, rows: int) -> None:
     """SPEC §5: a lane over its queued-row limit refuses new work with 503 and Retry-After."""
     limit = ctx.settings.lane_rows(priority)
     queued = jobs.queued_rows(ctx.db, model=model, priority=priority)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from store.batches import BatchRecord, Progress
 from store.jobs import JobRecord
 
 
@@ -41,3 +42,23 @@ def sync_response(job: JobRecord) -> dict[str, Any]:
     assert job.result is not None
     known = {key: value for key, value in timings(job).items() if value is not None}
     return {**job.result, "x_job_id": job.id, "x_timings": known}
+
+
+def batch_view(batch: BatchRecord, progress: Progress) -> dict[str, Any]:
+    counts = progress.counts
+    done = progress.finished >= batch.total
+    if done:
+        status = "cancelled" if batch.cancel_requested else "completed"
+    else:
+        status = "cancelling" if batch.cancel_requested else "in_progress"
+    return {
+        "id": batch.id, "object": "batch", "status": status, "model": batch.model,
+        "priority": batch.priority,
+        "request_counts": {"total": batch.total, "queued": counts["queued"],
+                           "running": counts["running"], "succeeded": counts["succeeded"],
+                           "failed": counts["failed"],
+                           "cancelled": counts["cancelled"] + counts["expired"]},
+        "created_at": timestamp(batch.created_at),
+        "finished_at": timestamp(progress.last_finished_at) if done else None,
+        "metadata": batch.metadata,
+    }

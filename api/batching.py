@@ -1,0 +1,113 @@
+"""Accepting a batch: every item checked against the limits before anything is stored.
+
+Checking 100,000 items must take well under a second per 10,000, so items are not tokenized
+when they cannot be near a limit: a token is at least one byte of text, so a row's tokens are
+at most its bytes plus the BOS. Only an item whose byte bound reaches a limit is tokenized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from api.context import ApiContext
+from api.errors import invalid
+from api.submit import check_lane, checked_metadata, checked_priority
+from decide.engine import Engine, row_count
+from decide.errors import FieldError, InvalidRequest, RequestTooLarge
+from decide.protocol import DecisionRequest, parse_request
+from decide.questions import json_kind
+from decide.render import state_text
+from decide.rows import CONTEXT_HEAD
+from store import batches
+
+MAX_ITEMS = 100_000
+MAX_REPORTED_ERRORS = 20
+BOUND_SLACK = 4
+"""Tokens a tokenizer may add beyond one per byte (BOS, a space prefix)."""
+
+
+@dataclass(frozen=True)
+class AcceptedBatch:
+    batch: batches.BatchRecord
+    job_ids: list[str]
+
+
+def accept_batch(ctx: ApiContext, *, owner: str, body: Any) -> AcceptedBatch:
+    if not isinstance(body, dict):
+        raise invalid("body", [], f"the body must be a JSON object, not {json_kind(body)}",
+                      "dict_type")
+    priority = checked_priority(body.get("priority", "background"), "priority")
+    metadata = checked_metadata(body.get("metadata"))
+    template = parse_request({"model": body.get("model"), "state": "",
+                              "questions": body.get("questions")})
+    items = _items(body.get("items"))
+    config = ctx.model(template.model)
+    engine = ctx.planners[config.name]
+    rows = row_count(template.questions, engine.profile)
+    engine.plan(template)  # the question set alone within the limits (row count, suffixes)
+    _check_items(engine, template, items)
+    check_lane(ctx, config.name, priority, rows * len(items))
+    questions = body["questions"]
+    batch, job_ids = batches.create_batch(
+        ctx.db, owner=owner, model=config.name, priority=priority, questions=questions,
+        metadata=metadata, items=items, rows_per_item=rows)
+    ctx.queue.send_batch(job_ids, config.name, priority)
+    return AcceptedBatch(batch=batch, job_ids=job_ids)
+
+
+def _items(raw: Any) -> list[tuple[str, Any]]:
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_ITEMS:
+        shown = f"it has {len(raw)}" if isinstance(raw, list) else f"not {json_kind(raw)}"
+        raise invalid("body", ["items"], f"items must be a list of 1 to {MAX_ITEMS:,} "
+                                         f"{{custom_id, state}} objects; {shown}", "list_type")
+    errors: list[FieldError] = []
+    seen: set[str] = set()
+    items = []
+    for index, item in enumerate(raw):
+        problem = _item_problem(item, seen)
+        if problem is not None:
+            field, message = problem
+            errors.append(FieldError(loc=("items", index, *field), msg=message,
+                                     type="value_error"))
+            if len(errors) >= MAX_REPORTED_ERRORS:
+                break
+            continue
+        seen.add(item["custom_id"])
+        items.append((item["custom_id"], item["state"]))
+    if errors:
+        raise InvalidRequest(errors=errors)
+    return items
+
+
+def _item_problem(item: Any, seen: set[str]) -> tuple[tuple[str, ...], str] | None:
+    if not isinstance(item, dict):
+        return (), f"an item must be an object {{custom_id, state}}, not {json_kind(item)}"
+    custom_id = item.get("custom_id")
+    if not isinstance(custom_id, str) or not custom_id:
+        return ("custom_id",), "custom_id must be a non-empty string"
+    if custom_id in seen:
+        return ("custom_id",), f"custom_id {custom_id!r} appears twice; ids must be unique"
+    if not isinstance(item.get("state"), (str, dict, list)):
+        return ("state",), (f"item {custom_id!r}: state must be a string, an object or an "
+                            f"array, not {json_kind(item.get('state'))}")
+    return None
+
+
+def _check_items(engine: Engine, template: DecisionRequest,
+                 items: list[tuple[str, Any]]) -> None:
+    plan = engine.plan(template)
+    longest_suffix = max(len(row.suffix) for row in plan.rows)
+    suffix_total = sum(len(row.suffix) for row in plan.rows)
+    row_limit = min(engine.limits.max_row_tokens, engine.context_window)
+    rows = len(plan.rows)
+    for custom_id, state in items:
+        bound = len((CONTEXT_HEAD + state_text(state)).encode()) + BOUND_SLACK
+        if (bound + longest_suffix <= row_limit and
+                bound * rows + suffix_total <= engine.limits.max_request_row_tokens):
+            continue
+        try:
+            engine.plan(DecisionRequest(state=state, questions=template.questions,
+                                        model=template.model))
+        except RequestTooLarge as error:
+            raise RequestTooLarge(f"item {custom_id!r}: {error}") from error

@@ -1,0 +1,74 @@
+"""Batches (SPEC §4): a backlog in one call, its progress, NDJSON results, cancel, list."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from api.batching import accept_batch
+from api.body import read_json
+from api.errors import not_found
+from api.routes.deps import Context, Owner
+from api.views import batch_view
+from store import batches
+
+router = APIRouter()
+
+
+def _owned(ctx: Context, batch_id: str, owner: str) -> batches.BatchRecord:
+    batch = batches.get_batch(ctx.db, batch_id, owner)
+    if batch is None:
+        raise not_found(f"no batch {batch_id!r}")
+    return batch
+
+
+def _view(ctx: Context, batch: batches.BatchRecord) -> dict[str, Any]:
+    return batch_view(batch, batches.progress(ctx.db, batch.id))
+
+
+@router.post("/v1/batches")
+async def create_batch(request: Request, ctx: Context, owner: Owner) -> JSONResponse:
+    body = await read_json(request)
+    accepted = await run_in_threadpool(accept_batch, ctx, owner=owner, body=body)
+    view = await run_in_threadpool(_view, ctx, accepted.batch)
+    return JSONResponse(view, status_code=202,
+                        headers={"Location": f"/v1/batches/{accepted.batch.id}"})
+
+
+@router.get("/v1/batches/{batch_id}")
+def read_batch(batch_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
+    return _view(ctx, _owned(ctx, batch_id, owner))
+
+
+@router.get("/v1/batches/{batch_id}/results")
+def batch_results(batch_id: str, ctx: Context, owner: Owner) -> StreamingResponse:
+    _owned(ctx, batch_id, owner)
+
+    def lines() -> Iterator[bytes]:
+        for item in batches.finished_items(ctx.db, batch_id):
+            yield (json.dumps(item, ensure_ascii=False) + "\n").encode()
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+@router.post("/v1/batches/{batch_id}/cancel")
+def cancel_batch(batch_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
+    _owned(ctx, batch_id, owner)
+    batches.cancel_batch(ctx.db, batch_id, owner)
+    return _view(ctx, _owned(ctx, batch_id, owner))
+
+
+@router.get("/v1/batches")
+def list_batches(ctx: Context, owner: Owner,
+                 limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                 after: Annotated[str | None, Query()] = None) -> dict[str, Any]:
+    page = batches.list_batches(ctx.db, owner=owner, limit=limit + 1, after=after)
+    more = len(page) > limit
+    page = page[:limit]
+    return {"object": "list", "data": [_view(ctx, batch) for batch in page],
+            "has_more": more, "after": page[-1].id if more else None}

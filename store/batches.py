@@ -1,0 +1,148 @@
+"""Batches: one question set over many states, each item a job (SPEC §4)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, func, select, update
+
+from store.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, STATUSES, new_id
+from store.tables import batches, jobs
+
+INSERT_CHUNK = 5_000
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    id: str
+    owner: str
+    model: str
+    priority: str
+    questions: dict[str, Any]
+    metadata: dict[str, Any] | None
+    total: int
+    cancel_requested: bool
+    created_at: float
+
+
+@dataclass(frozen=True)
+class Progress:
+    counts: dict[str, int]
+    last_finished_at: float | None
+
+    @property
+    def finished(self) -> int:
+        return sum(self.counts.get(status, 0) for status in FINISHED)
+
+
+def _record(row: Any) -> BatchRecord:
+    values = dict(row._mapping)
+    values["questions"] = json.loads(values["questions"])
+    values["metadata"] = None if values["metadata"] is None else json.loads(values["metadata"])
+    values["cancel_requested"] = bool(values["cancel_requested"])
+    return BatchRecord(**values)
+
+
+def create_batch(db: Engine, *, owner: str, model: str, priority: str,
+                 questions: dict[str, Any], metadata: dict[str, Any] | None,
+                 items: list[tuple[str, Any]], rows_per_item: int) -> tuple[BatchRecord,
+                                                                            list[str]]:
+    """Store the batch and one queued job per ``(custom_id, state)`` item, in one transaction.
+
+    A batch item's job keeps only its state; the questions are stored once on the batch.
+    """
+    now = time.time()
+    batch_id = new_id("batch")
+    job_ids = [new_id("job") for _ in items]
+    with db.begin() as connection:
+        connection.execute(batches.insert().values(
+            id=batch_id, owner=owner, model=model, priority=priority,
+            questions=json.dumps(questions, ensure_ascii=False),
+            metadata=None if metadata is None else json.dumps(metadata, ensure_ascii=False),
+            total=len(items), cancel_requested=False, created_at=now))
+        for start in range(0, len(items), INSERT_CHUNK):
+            connection.execute(jobs.insert(), [
+                {"id": job_ids[index], "owner": owner, "model": model, "priority": priority,
+                 "status": QUEUED,
+                 "request": json.dumps({"state": state}, ensure_ascii=False),
+                 "metadata": None, "rows": rows_per_item, "input_tokens": 0,
+                 "cancel_requested": False, "decode_runs": 0, "created_at": now,
+                 "batch_id": batch_id, "item_index": index, "custom_id": custom_id}
+                for index, (custom_id, state) in enumerate(items[start:start + INSERT_CHUNK],
+                                                           start=start)])
+    batch = get_batch(db, batch_id, owner)
+    assert batch is not None
+    return batch, job_ids
+
+
+def get_batch(db: Engine, batch_id: str, owner: str) -> BatchRecord | None:
+    with db.connect() as connection:
+        row = connection.execute(select(batches).where(
+            batches.c.id == batch_id, batches.c.owner == owner)).first()
+    return None if row is None else _record(row)
+
+
+def list_batches(db: Engine, *, owner: str, limit: int, after: str | None) -> list[BatchRecord]:
+    query = select(batches).where(batches.c.owner == owner)
+    if after is not None:
+        query = query.where(batches.c.id < after)
+    with db.connect() as connection:
+        return [_record(row) for row in connection.execute(
+            query.order_by(batches.c.id.desc()).limit(limit))]
+
+
+def progress(db: Engine, batch_id: str) -> Progress:
+    with db.connect() as connection:
+        rows = connection.execute(
+            select(jobs.c.status, func.count(), func.max(jobs.c.finished_at))
+            .where(jobs.c.batch_id == batch_id).group_by(jobs.c.status)).all()
+    counts = dict.fromkeys(STATUSES, 0)
+    last = None
+    for status, count, finished_at in rows:
+        counts[status] = int(count)
+        if status in FINISHED and finished_at is not None:
+            last = finished_at if last is None else max(last, finished_at)
+    return Progress(counts=counts, last_finished_at=last)
+
+
+def cancel_batch(db: Engine, batch_id: str, owner: str) -> None:
+    """Queued items are cancelled at once; running ones stop before their next row."""
+    now = time.time()
+    with db.begin() as connection:
+        connection.execute(update(batches).where(batches.c.id == batch_id,
+                                                 batches.c.owner == owner)
+                           .values(cancel_requested=True))
+        connection.execute(update(jobs).where(jobs.c.batch_id == batch_id,
+                                              jobs.c.owner == owner, jobs.c.status == QUEUED)
+                           .values(status=CANCELLED, finished_at=now, cancel_requested=True))
+        connection.execute(update(jobs).where(jobs.c.batch_id == batch_id,
+                                              jobs.c.owner == owner, jobs.c.status == RUNNING)
+                           .values(cancel_requested=True))
+
+
+def finished_items(db: Engine, batch_id: str, page: int = 1000) -> Iterator[dict[str, Any]]:
+    """Finished items in submission order, read a page at a time (for NDJSON streaming)."""
+    after = -1
+    while True:
+        with db.connect() as connection:
+            rows = connection.execute(
+                select(jobs.c.item_index, jobs.c.custom_id, jobs.c.status, jobs.c.result,
+                       jobs.c.error)
+                .where(jobs.c.batch_id == batch_id, jobs.c.item_index > after,
+                       jobs.c.status.in_(FINISHED))
+                .order_by(jobs.c.item_index).limit(page)).all()
+        if not rows:
+            return
+        for row in rows:
+            line: dict[str, Any] = {"custom_id": row.custom_id, "status": row.status}
+            if row.result is not None:
+                line["result"] = json.loads(row.result)
+            else:
+                line["error"] = (json.loads(row.error) if row.error else {
+                    "error_type": row.status, "message": f"the item was {row.status}"})
+            yield line
+        after = rows[-1].item_index
