@@ -1,0 +1,131 @@
+"""Every accepted job finished exactly once, whatever dies (SPEC §5), counted by decode runs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from infra.broker import Broker
+from tests.distributed.conftest import REDIS_URL
+
+pytestmark = pytest.mark.model
+
+QUESTIONS = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
+
+
+def submit_batch(client, count: int) -> str:
+    items = [{"custom_id": f"ticket-{i}", "state": f"Ticket {i}: my card was charged twice."}
+             for i in range(count)]
+    response = client.post("/v1/batches", json={"questions": QUESTIONS, "items": items})
+    assert response.status_code == 202, response.text
+    return response.json()["id"]
+
+
+def assert_exactly_once(cluster, client, batch_id: str, count: int,
+                        interrupted: set[str] = frozenset()) -> None:
+    """Every item succeeded once; every decode run is on record: one per job, plus one for a
+    job whose decode a killed worker never finished."""
+    batch = cluster.wait_batch(client, batch_id)
+    assert batch["status"] == "completed", batch
+    assert batch["request_counts"]["succeeded"] == count
+    lines = [json.loads(line) for line in
+             client.get(f"/v1/batches/{batch_id}/results").text.splitlines()]
+    assert [line["custom_id"] for line in lines] == [f"ticket-{i}" for i in range(count)]
+    assert all(line["status"] == "succeeded" and "result" in line for line in lines)
+    runs = dict(cluster.rows("SELECT id, decode_runs FROM jobs WHERE batch_id = :b", b=batch_id))
+    assert len(runs) == count
+    twice = {job_id for job_id, decodes in runs.items() if decodes != 1}
+    assert twice <= set(interrupted), (twice, interrupted)
+    assert all(runs[job_id] == 2 for job_id in twice)
+    usage_rows = cluster.scalar("SELECT count(*) FROM usage u JOIN jobs j ON j.id = u.job_id "
+                                "WHERE j.batch_id = :b", b=batch_id)
+    assert usage_rows == count  # usage recorded once per job
+
+
+def test_a_batch_completes_and_a_redelivered_job_is_not_decoded_again(cluster):
+    with cluster.client() as client:
+        batch_id = submit_batch(client, 30)
+        assert_exactly_once(cluster, client, batch_id, 30)
+        first = cluster.scalar("SELECT id FROM jobs WHERE batch_id = :b AND item_index = 0",
+                               b=batch_id)
+        Broker(REDIS_URL).send(first, "gemma-3-270m", "background")  # a duplicate delivery
+        time.sleep(2)
+        assert cluster.scalar("SELECT decode_runs FROM jobs WHERE id = :j", j=first) == 1
+        sync = client.post("/v1/systemone", json={"state": "charged twice",
+                                                  "questions": QUESTIONS})
+        assert sync.status_code == 200 and sync.headers["x-job-id"]
+
+
+def test_sigkill_of_the_worker_mid_batch(cluster):
+    with cluster.client() as client:
+        batch_id = submit_batch(client, 40)
+        cluster.wait_succeeded(batch_id, 8)
+        running = {row[0] for row in cluster.rows(
+            "SELECT id FROM jobs WHERE batch_id = :b AND status = 'running'", b=batch_id)}
+        cluster.workers[0].send_signal(signal.SIGKILL)
+        cluster.workers[0].wait()
+        interrupted = running | {row[0] for row in cluster.rows(
+            "SELECT id FROM jobs WHERE batch_id = :b AND status = 'running'", b=batch_id)}
+        cluster.start_worker()
+        assert_exactly_once(cluster, client, batch_id, 40, interrupted)
+
+
+def test_flushall_on_redis_mid_batch(cluster):
+    with cluster.client() as client:
+        batch_id = submit_batch(client, 40)
+        cluster.wait_succeeded(batch_id, 8)
+        cluster.redis.flushall()
+        assert_exactly_once(cluster, client, batch_id, 40)
+
+
+def test_api_restart_mid_batch(cluster):
+    with cluster.client() as client:
+        batch_id = submit_batch(client, 40)
+        cluster.wait_succeeded(batch_id, 5)
+        cluster.api.send_signal(signal.SIGKILL)
+        cluster.api.wait()
+        cluster.start_api()
+        assert_exactly_once(cluster, client, batch_id, 40)
+
+
+def test_foreground_goes_before_a_background_backlog(cluster):
+    with cluster.client() as client:
+        batch_id = submit_batch(client, 40)
+        cluster.wait_succeeded(batch_id, 2)
+        started = time.monotonic()
+        sync = client.post("/v1/systemone", json={"state": "urgent", "questions": QUESTIONS})
+        assert sync.status_code == 200
+        waited = time.monotonic() - started
+        left = cluster.scalar("SELECT count(*) FROM jobs WHERE batch_id = :b AND "
+                              "status = 'queued'", b=batch_id)
+        assert left > 10, "the backlog drained first"
+        assert waited < 5
+        client.post(f"/v1/batches/{batch_id}/cancel")
+
+
+def test_several_workers_and_models_side_by_side(cluster_factory, tmp_path, settings):
+    from infra.models import install_embedded_default
+
+    gguf = install_embedded_default(settings.data_dir)
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.gemma-b]\npath = "{gguf}"\n')
+    cluster = cluster_factory(DECIDE_MODELS_FILE=str(models))
+    cluster.start_worker()
+    cluster.start_worker()
+    cluster.start_worker("gemma-b")
+    cluster.start_api()
+    with cluster.client() as client:
+        batch_id = submit_batch(client, 30)
+        other = client.post("/v1/systemone", json={"model": "gemma-b", "state": "s",
+                                                   "questions": QUESTIONS})
+        assert other.status_code == 200 and other.json()["model"] == "gemma-b"
+        assert_exactly_once(cluster, client, batch_id, 30)
+    by_worker = dict(cluster.rows("SELECT worker_id, count(*) FROM jobs WHERE batch_id = :b "
+                                  "GROUP BY worker_id", b=batch_id))
+    assert len(by_worker) == 2  # both default-model workers took items
+    assert all(worker.endswith(":gemma-3-270m") for worker in by_worker)
+    assert cluster.scalar("SELECT worker_id FROM jobs WHERE id = :j",
+                          j=other.headers["x-job-id"]).endswith(":gemma-b")
