@@ -23,6 +23,8 @@ SUCCEEDED, FAILED, CANCELLED, EXPIRED = "succeeded", "failed", "cancelled", "exp
 FINISHED = (SUCCEEDED, FAILED, CANCELLED, EXPIRED)
 STATUSES = (QUEUED, RUNNING, *FINISHED)
 PRIORITIES = ("foreground", "background")
+PURGE_EVERY_SECONDS = 3600.0
+"""How often a worker applies retention (``purge_finished_before``)."""
 
 
 def new_id(prefix: str) -> str:
@@ -288,10 +290,18 @@ def queued_rows(db: Engine, *, model: str, priority: str) -> int:
 
 
 def purge_finished_before(db: Engine, cutoff: float) -> int:
-    """Delete finished jobs older than ``cutoff`` (retention)."""
+    """Retention: jobs still queued since before ``cutoff`` expire; finished jobs older than it
+    are deleted, and so are batches left without jobs. Usage rows stay (the audit)."""
     with db.begin() as connection:
-        return connection.execute(jobs.delete().where(
+        connection.execute(update(jobs).where(jobs.c.status == QUEUED,
+                                              jobs.c.created_at < cutoff)
+                           .values(status=EXPIRED, finished_at=time.time()))
+        purged = connection.execute(jobs.delete().where(
             jobs.c.status.in_(FINISHED), jobs.c.finished_at < cutoff)).rowcount
+        connection.execute(batches.delete().where(
+            batches.c.created_at < cutoff,
+            ~select(jobs.c.id).where(jobs.c.batch_id == batches.c.id).exists()))
+    return purged
 
 
 def count_jobs(db: Engine, **equal: Any) -> int:

@@ -57,7 +57,8 @@ def run_worker(settings: Settings, model_name: str | None) -> None:
             stopping.wait(HEARTBEAT_SECONDS)
 
     threading.Thread(target=heartbeat, name="decide-heartbeat", daemon=True).start()
-    delivery = Delivery(db=db, broker=broker, models=list(catalog.models))
+    delivery = Delivery(db=db, broker=broker, models=list(catalog.models),
+                        retention_days=settings.retention_days)
     delivery.start()
     try:
         broker.celery.worker_main([

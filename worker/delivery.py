@@ -35,8 +35,11 @@ _LOCK_KEY = 0x6465636964  # "decid"
 
 
 class Delivery:
-    def __init__(self, *, db: Database, broker: Broker, models: list[str]) -> None:
+    def __init__(self, *, db: Database, broker: Broker, models: list[str],
+                 retention_days: float = 30.0) -> None:
         self._db = db
+        self._retention_seconds = retention_days * 86400
+        self._last_purge = 0.0
         self._broker = broker
         self._models = models
         self._stopping = threading.Event()
@@ -92,6 +95,9 @@ class Delivery:
             if requeued:
                 log.warning("re-queued %d jobs of workers that stopped", requeued)
             forget_dead(self._db, older_than=now - 10 * DEAD_AFTER_SECONDS)
+        if now - self._last_purge >= jobs.PURGE_EVERY_SECONDS:
+            self._last_purge = now
+            jobs.purge_finished_before(self._db, now - self._retention_seconds)
         lengths = self._broker.lane_lengths(self._models)
         for model in self._models:
             for priority in LANES:

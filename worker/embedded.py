@@ -11,6 +11,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 
 from sqlalchemy import Engine as Database
 
@@ -74,7 +75,12 @@ class EmbeddedWorker:
         return self._engines[model].engine
 
     def _loop(self) -> None:
+        last_purge = 0.0
         while not self._stopping.is_set():
+            if time.time() - last_purge >= jobs.PURGE_EVERY_SECONDS:
+                last_purge = time.time()
+                jobs.purge_finished_before(
+                    self._db, last_purge - self._settings.retention_days * 86400)
             try:
                 _, _, job_id = self._queue.get(timeout=0.5)
             except queue.Empty:

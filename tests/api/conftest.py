@@ -4,7 +4,6 @@ SQLite file, sharing the embedded model already assembled in the data directory.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,13 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from launch.local import free_port
+
 KEYS = ("key-alpha", "key-beta")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Server:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from infra.broker import Broker
-from tests.distributed.conftest import REDIS_URL
+from launch.local import REDIS_URL
 
 pytestmark = pytest.mark.model
 

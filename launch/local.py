@@ -1,0 +1,126 @@
+"""A whole distributed setup on this machine, as real processes: a fresh PostgreSQL database,
+Redis, ``decide serve`` and ``decide worker`` processes. Used by the distributed tests and the
+service benchmark; it starts and kills processes the way an operator would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import psycopg
+import redis
+from sqlalchemy import create_engine, text
+
+POSTGRES_ADMIN = os.environ.get("DECIDE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+REDIS_URL = os.environ.get("DECIDE_TEST_REDIS", "redis://127.0.0.1:6379/11")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class LocalCluster:
+    def __init__(self, root: Path, extra_env: dict[str, str] | None = None) -> None:
+        self.root = root
+        self.database = f"decide_local_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(f"{POSTGRES_ADMIN}/postgres", autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{self.database}"')
+        self.database_url = (f"{POSTGRES_ADMIN.replace('postgresql://', 'postgresql+psycopg://')}"
+                             f"/{self.database}")
+        self.env = {**os.environ, "DECIDE_DATABASE_URL": self.database_url,
+                    "DECIDE_BROKER_URL": REDIS_URL, "DECIDE_API_KEYS": "",
+                    **(extra_env or {})}
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.workers: list[subprocess.Popen] = []
+        self.api: subprocess.Popen | None = None
+        self.db = create_engine(self.database_url)
+        self.redis = redis.Redis.from_url(REDIS_URL)
+        self.redis.flushdb()
+        self._logs = 0
+        subprocess.run([sys.executable, "-m", "decide", "migrate"], env=self.env, check=True,
+                       capture_output=True)
+
+    def _spawn(self, *args: str) -> subprocess.Popen:
+        self._logs += 1
+        log = (self.root / f"{args[0]}-{self._logs}.log").open("w")
+        return subprocess.Popen([sys.executable, "-m", "decide", *args], env=self.env,
+                                stdout=log, stderr=subprocess.STDOUT)
+
+    def start_worker(self, model: str | None = None) -> subprocess.Popen:
+        process = self._spawn("worker", *(["--model", model] if model else []))
+        self.workers.append(process)
+        return process
+
+    def start_api(self) -> None:
+        self.api = self._spawn("serve", "--port", str(self.port))
+        self.wait_ready()
+
+    def wait_ready(self, seconds: float = 120) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/ready", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError("the local cluster never became ready:\n" + self.logs())
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {path.name}\n{path.read_text()[-3000:]}"
+                         for path in sorted(self.root.glob("*.log")))
+
+    def client(self, timeout: float = 120) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=timeout)
+
+    def scalar(self, sql: str, **params):
+        with self.db.connect() as connection:
+            return connection.execute(text(sql), params).scalar()
+
+    def rows(self, sql: str, **params):
+        with self.db.connect() as connection:
+            return connection.execute(text(sql), params).all()
+
+    def wait_batch(self, client: httpx.Client, batch_id: str, seconds: float = 600) -> dict:
+        deadline = time.monotonic() + seconds
+        batch: dict = {}
+        while time.monotonic() < deadline:
+            batch = client.get(f"/v1/batches/{batch_id}").json()
+            if batch["status"] in ("completed", "cancelled"):
+                return batch
+            time.sleep(0.2)
+        raise RuntimeError(f"batch never finished: {batch}\n{self.logs()}")
+
+    def wait_succeeded(self, batch_id: str, at_least: int, seconds: float = 120) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            done = self.scalar("SELECT count(*) FROM jobs WHERE batch_id = :b AND "
+                               "status = 'succeeded'", b=batch_id)
+            if done >= at_least:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"fewer than {at_least} items finished\n{self.logs()}")
+
+    def close(self) -> None:
+        processes = [*self.workers, *([self.api] if self.api else [])]
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.db.dispose()
+        with psycopg.connect(f"{POSTGRES_ADMIN}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
