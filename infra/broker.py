@@ -7,6 +7,7 @@ its job already claimed and does nothing.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -54,6 +55,15 @@ class Broker:
                               declare=[queue], retry=True,
                               retry_policy={"max_retries": 2, "interval_start": 0,
                                             "interval_step": 0.2, "interval_max": 0.5})
+
+    def take_waiting(self, model: str, priority: str) -> str | None:
+        """Pop the oldest job id waiting on a lane, outside Celery (a worker serving foreground
+        work between the rows of a background job). If the worker dies after this, the job is
+        still queued in the database and delivery sends it again."""
+        raw = self.redis.rpop(lane(model, priority))
+        if raw is None:
+            return None
+        return json.loads(raw)["headers"]["id"]
 
     def lane_length(self, model: str, priority: str) -> int:
         return int(self.redis.llen(lane(model, priority)))

@@ -91,14 +91,15 @@ class LocalCluster:
         with self.db.connect() as connection:
             return connection.execute(text(sql), params).all()
 
-    def wait_batch(self, client: httpx.Client, batch_id: str, seconds: float = 600) -> dict:
+    def wait_batch(self, client: httpx.Client, batch_id: str, seconds: float = 600,
+                   poll: float = 0.2) -> dict:
         deadline = time.monotonic() + seconds
         batch: dict = {}
         while time.monotonic() < deadline:
             batch = client.get(f"/v1/batches/{batch_id}").json()
             if batch["status"] in ("completed", "cancelled"):
                 return batch
-            time.sleep(0.2)
+            time.sleep(poll)
         raise RuntimeError(f"batch never finished: {batch}\n{self.logs()}")
 
     def wait_succeeded(self, batch_id: str, at_least: int, seconds: float = 120) -> None:

@@ -7,6 +7,7 @@ two workers (or a redelivery) try to take is taken once, and a finished job stay
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -156,11 +157,12 @@ def claim_job(db: Engine, job_id: str, worker_id: str | None = None) -> JobRecor
 
     ``decode_runs`` counts the claims, so every decode execution is on record."""
     with db.begin() as connection:
-        taken = connection.execute(
+        row = connection.execute(
             update(jobs).where(jobs.c.id == job_id, jobs.c.status == QUEUED)
             .values(status=RUNNING, started_at=time.time(), worker_id=worker_id,
-                    decode_runs=jobs.c.decode_runs + 1)).rowcount
-    return get_job(db, job_id) if taken == 1 else None
+                    decode_runs=jobs.c.decode_runs + 1)
+            .returning(*jobs.c)).first()
+    return None if row is None else _record(row)
 
 
 def finish_job(db: Engine, job_id: str, *, status: str, result: dict[str, Any] | None = None,
@@ -190,10 +192,16 @@ def full_request(db: Engine, job: JobRecord) -> dict[str, Any]:
     """The System One body of a job; a batch item's questions live once on its batch."""
     if job.batch_id is None:
         return job.request
+    return {"model": job.model, "state": job.request["state"],
+            "questions": json.loads(_batch_questions(db, job.batch_id))}
+
+
+@functools.lru_cache(maxsize=64)
+def _batch_questions(db: Engine, batch_id: str) -> str:
+    """A batch's questions never change: read once per worker, not once per item."""
     with db.connect() as connection:
-        questions = connection.execute(select(batches.c.questions).where(
-            batches.c.id == job.batch_id)).scalar_one()
-    return {"model": job.model, "state": job.request["state"], "questions": _loads(questions)}
+        return connection.execute(select(batches.c.questions).where(
+            batches.c.id == batch_id)).scalar_one()
 
 
 def mark_sent(db: Engine, job_ids: list[str]) -> None:

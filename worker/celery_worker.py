@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import threading
+import time
 
 from infra.broker import Broker
 from infra.lanes import TASK_NAME, lanes_of
@@ -23,6 +24,8 @@ from worker.execute import run_job
 from worker.loading import load_decoding_engine
 
 log = logging.getLogger("decide.worker")
+FOREGROUND_LOOK_SECONDS = 0.02
+"""How often a background job looks for waiting foreground work between its rows."""
 
 
 def run_worker(settings: Settings, model_name: str | None) -> None:
@@ -40,10 +43,23 @@ def run_worker(settings: Settings, model_name: str | None) -> None:
             raise RuntimeError(f"worker of {config.name!r} got a job for {model!r}")
         return loaded.engine
 
+    last_look = [0.0]
+
+    def serve_foreground_first() -> None:
+        """Between background rows: decode every foreground job waiting on our lane."""
+        now = time.monotonic()
+        if now - last_look[0] < FOREGROUND_LOOK_SECONDS:
+            return
+        last_look[0] = now
+        while (waiting := broker.take_waiting(config.name, "foreground")) is not None:
+            run_job(waiting, db=db, engine_for=engine_for, worker_id=worker_id,
+                    on_finished=broker.publish_finished)
+
     @broker.celery.task(name=TASK_NAME, acks_late=True)
     def run_job_task(job_id: str) -> str | None:
         return run_job(job_id, db=db, engine_for=engine_for, worker_id=worker_id,
-                       on_finished=broker.publish_finished)
+                       on_finished=broker.publish_finished,
+                       yield_to_foreground=serve_foreground_first)
 
     stopping = threading.Event()
 

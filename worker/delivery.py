@@ -26,10 +26,12 @@ from store import jobs
 from store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
 
 log = logging.getLogger("decide.delivery")
-TICK_SECONDS = 0.2
-LANE_WINDOW = 16
+TICK_SECONDS = 0.5
+LANE_WINDOW = 32
 """Messages kept waiting in each lane's Redis list: enough to keep workers busy between ticks,
 few enough that Redis never holds a backlog."""
+REPAIR_EVERY_SECONDS = 2.0
+"""How often lost messages and abandoned jobs are looked for (the rest of a tick is cheap)."""
 RESEND_GRACE_SECONDS = 3.0
 _LOCK_KEY = 0x6465636964  # "decid"
 
@@ -88,8 +90,9 @@ class Delivery:
 
     def tick(self) -> None:
         now = time.time()
-        alive = live_counts(self._db, now=now)
-        if now - self._last_repair >= 1.0:
+        repairing = now - self._last_repair >= REPAIR_EVERY_SECONDS
+        alive = live_counts(self._db, now=now) if repairing else {}
+        if repairing:
             self._last_repair = now
             requeued = jobs.requeue_abandoned(self._db, alive_since=now - DEAD_AFTER_SECONDS)
             if requeued:
@@ -102,12 +105,12 @@ class Delivery:
         for model in self._models:
             for priority in LANES:
                 self._refill(model, priority, lengths[(model, priority)], alive.get(model, 0),
-                             now)
+                             now, repairing)
 
     def _refill(self, model: str, priority: str, in_redis: int, workers: int,
-                now: float) -> None:
-        sent = jobs.sent_queued_count(self._db, model=model, priority=priority)
-        if sent > in_redis + workers:
+                now: float, repairing: bool) -> None:
+        if repairing and (jobs.sent_queued_count(self._db, model=model, priority=priority)
+                          > in_redis + workers):
             lost = jobs.forget_sent(self._db, model=model, priority=priority,
                                     sent_before=now - RESEND_GRACE_SECONDS)
             if lost:

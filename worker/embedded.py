@@ -87,9 +87,21 @@ class EmbeddedWorker:
                 continue
             try:
                 run_job(job_id, db=self._db, engine_for=self.engine_for,
-                        on_finished=self._events.publish)
+                        on_finished=self._events.publish,
+                        yield_to_foreground=self._serve_foreground_first)
             except Exception:  # the loop must outlive any one job
                 log.exception("job %s could not be run", job_id)
+
+    def _serve_foreground_first(self) -> None:
+        """Between background rows: decode every foreground job waiting meanwhile."""
+        while True:
+            with self._queue.mutex:
+                waiting = self._queue.queue
+                if not waiting or waiting[0][0] != _LANE_ORDER["foreground"]:
+                    return
+            _, _, job_id = self._queue.get_nowait()
+            run_job(job_id, db=self._db, engine_for=self.engine_for,
+                    on_finished=self._events.publish)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -29,9 +29,13 @@ class Cancelled(Exception):
 
 def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Engine],
             on_finished: Callable[[str], None] | None = None,
-            worker_id: str | None = None) -> str | None:
+            worker_id: str | None = None,
+            yield_to_foreground: Callable[[], None] | None = None) -> str | None:
     """Decode ``job_id`` once; returns its final status, or None when it was not ours to run
-    (already taken, finished or cancelled: a redelivery is never decoded twice)."""
+    (already taken, finished or cancelled: a redelivery is never decoded twice).
+
+    A background job calls ``yield_to_foreground`` before each row: it decodes any foreground
+    job waiting meanwhile, so a foreground job waits at most for one background row."""
     job = jobs.claim_job(db, job_id, worker_id)
     if job is None:
         return None
@@ -40,8 +44,10 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Engine],
 
     last_check = [time.monotonic()]
 
-    def stop_if_cancelled() -> None:
+    def before_row() -> None:
         """Asked before each row; the database is read at most every CANCEL_CHECK_SECONDS."""
+        if yield_to_foreground is not None and job.priority == "background":
+            yield_to_foreground()
         now = time.monotonic()
         if now - last_check[0] < CANCEL_CHECK_SECONDS:
             return
@@ -53,7 +59,7 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Engine],
         max(0.0, (job.started_at or job.created_at) - job.created_at))
     try:
         request = parse_request(jobs.full_request(db, job))
-        decision = engine_for(job.model).decide(request, stop_if_cancelled)
+        decision = engine_for(job.model).decide(request, before_row)
         status, result, tokens = jobs.SUCCEEDED, decision.to_wire(), decision.input_tokens
         metrics.input_tokens.labels(job.model).inc(decision.input_tokens)
         for question_type, count in decision.rows_by_type.items():

@@ -68,11 +68,11 @@ class LlamaReader:
     def read(self, prefix: Sequence[int], rows: Sequence[Row],
              before_row: Callable[[], None] | None = None) -> list[list[float]]:
         prefix = tuple(prefix)
-        self._ensure_prefix(prefix)
         results = []
         for row in rows:
             if before_row is not None:
-                before_row()
+                before_row()  # may decode another request (foreground first): check prefix
+            self._ensure_prefix(prefix)
             try:
                 self._decode(row.suffix, start=len(prefix), logits_at_end=True)
                 logits = llama_cpp.llama_get_logits_ith(self._context, -1)

@@ -129,3 +129,31 @@ def test_several_workers_and_models_side_by_side(cluster_factory, tmp_path, sett
     assert all(worker.endswith(":gemma-3-270m") for worker in by_worker)
     assert cluster.scalar("SELECT worker_id FROM jobs WHERE id = :j",
                           j=other.headers["x-job-id"]).endswith(":gemma-b")
+
+
+def test_foreground_waits_for_a_row_not_a_whole_background_job(cluster):
+    """A 300-row background job takes tens of seconds; a sync call during it is served between
+    two of its rows, and the background job still finishes once with the same answers."""
+    many = {f"q{i}": QUESTIONS["refund"] for i in range(300)}
+    with cluster.client() as client:
+        long_job = client.post("/v1/jobs", json={"state": "a long background job",
+                                                 "questions": many}).json()
+        deadline = time.monotonic() + 60
+        while client.get(f"/v1/jobs/{long_job['id']}").json()["status"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        started = time.monotonic()
+        sync = client.post("/v1/systemone", json={"state": "urgent", "questions": QUESTIONS})
+        waited = time.monotonic() - started
+        assert sync.status_code == 200
+        assert client.get(f"/v1/jobs/{long_job['id']}").json()["status"] == "running"
+        assert waited < 3, waited
+        done = client.get(f"/v1/jobs/{long_job['id']}", params={"wait": 60}).json()
+        while done["status"] != "succeeded":
+            assert done["status"] in ("queued", "running"), done
+            done = client.get(f"/v1/jobs/{long_job['id']}", params={"wait": 60}).json()
+        assert cluster.scalar("SELECT decode_runs FROM jobs WHERE id = :j",
+                              j=long_job["id"]) == 1
+        again = client.post("/v1/systemone", json={"state": "a long background job",
+                                                   "questions": {"q7": QUESTIONS["refund"]}})
+        assert again.json()["answers"]["q7"] == done["result"]["answers"]["q7"]
