@@ -17,7 +17,7 @@ import redis
 from celery import Celery
 from kombu import Exchange, Queue
 
-from infra.lanes import FINISHED_CHANNEL, LANES, TASK_NAME, lane
+from infra.lanes import CANCEL_CHANNEL, FINISHED_CHANNEL, LANES, TASK_NAME, lane
 
 log = logging.getLogger("decide.broker")
 
@@ -82,21 +82,30 @@ class Broker:
             return False
 
     def publish_finished(self, job_id: str) -> None:
+        self._publish(FINISHED_CHANNEL, job_id)
+
+    def publish_cancel(self, job_id: str) -> None:
+        self._publish(CANCEL_CHANNEL, job_id)
+
+    def _publish(self, channel: str, job_id: str) -> None:
         try:
-            self.redis.publish(FINISHED_CHANNEL, job_id)
+            self.redis.publish(channel, job_id)
         except redis.RedisError:
-            log.warning("could not announce job %s; waiters will poll", job_id)
+            log.warning("could not announce %s on %s; the database is read instead",
+                        job_id, channel)
 
 
-class FinishedListener:
-    """A thread that hands every finished job id announced on Redis to ``on_finished``,
-    reconnecting when Redis goes away (waiters poll the database meanwhile)."""
+class ChannelListener:
+    """A thread that hands every job id announced on a Redis channel to ``on_message``,
+    reconnecting when Redis goes away (the database is the fallback meanwhile)."""
 
-    def __init__(self, url: str, on_finished: Callable[[str], None]) -> None:
+    def __init__(self, url: str, channel: str, on_message: Callable[[str], None]) -> None:
         self._url = url
-        self._on_finished = on_finished
+        self._channel = channel
+        self._on_message = on_message
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="decide-finished", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"listen-{channel}",
+                                        daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -109,10 +118,10 @@ class FinishedListener:
             try:
                 client = redis.Redis.from_url(self._url, socket_connect_timeout=5)
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
-                pubsub.subscribe(FINISHED_CHANNEL)
+                pubsub.subscribe(self._channel)
                 while not self._stopping.is_set():
                     message = pubsub.get_message(timeout=1.0)
                     if message and message.get("type") == "message":
-                        self._on_finished(message["data"].decode())
+                        self._on_message(message["data"].decode())
             except (redis.RedisError, OSError):
                 time.sleep(0.5)

@@ -33,6 +33,9 @@ class CeleryQueue:
     def send_batch(self, job_ids: list[str], model: str, priority: str) -> None:
         """Batch items are left to the delivery loop, which feeds lanes as they drain."""
 
+    def cancel(self, job_id: str) -> None:
+        self._broker.publish_cancel(job_id)
+
     def ready(self) -> tuple[bool, str]:
         if not self._broker.ping():
             return False, "the broker does not answer"

@@ -6,6 +6,8 @@ LANES = ("foreground", "background")
 TASK_NAME = "decide.run_job"
 FINISHED_CHANNEL = "decide:finished"
 """Redis pub/sub channel on which workers announce finished job ids."""
+CANCEL_CHANNEL = "decide:cancel"
+"""Redis pub/sub channel on which the front door asks workers to stop a running job."""
 
 
 def lane(model: str, priority: str) -> str:

@@ -14,6 +14,11 @@ class JobQueue(Protocol):
         """Deliver a batch's items (or leave them to a feeder that takes them in turn)."""
         ...
 
+    def cancel(self, job_id: str) -> None:
+        """Tell the workers to stop ``job_id`` before its next row (it is already marked
+        cancel-requested in the database, which workers also read now and then)."""
+        ...
+
     def ready(self) -> tuple[bool, str]:
         """Whether jobs sent now would be decoded, and why not when they would not."""
         ...

@@ -10,10 +10,11 @@ from fastapi import FastAPI
 from api.app import create_app
 from api.auth import Authenticator
 from api.context import ApiContext
-from infra.broker import Broker, FinishedListener
+from infra.broker import Broker, ChannelListener
 from infra.distributed_queue import CeleryQueue
 from infra.engines import load_planner
 from infra.events import JobEvents
+from infra.lanes import FINISHED_CHANNEL
 from infra.models import load_catalog
 from infra.settings import Settings
 from store.db import make_engine
@@ -30,7 +31,7 @@ def build_distributed(settings: Settings) -> FastAPI:
     planners = {name: load_planner(config, settings).engine
                 for name, config in catalog.models.items()}
     events = JobEvents()
-    listener = FinishedListener(settings.broker_url, events.publish)
+    listener = ChannelListener(settings.broker_url, FINISHED_CHANNEL, events.publish)
     listener.start()
     queue = CeleryQueue(db=db, broker=Broker(settings.broker_url), models=list(catalog.models))
     context = ApiContext(settings=settings, db=db, catalog=catalog, planners=planners,

@@ -109,8 +109,9 @@ def progress(db: Engine, batch_id: str) -> Progress:
     return Progress(counts=counts, last_finished_at=last)
 
 
-def cancel_batch(db: Engine, batch_id: str, owner: str) -> None:
-    """Queued items are cancelled at once; running ones stop before their next row."""
+def cancel_batch(db: Engine, batch_id: str, owner: str) -> list[str]:
+    """Queued items are cancelled at once; running ones stop before their next row (their ids
+    are returned, for the workers to be told)."""
     now = time.time()
     with db.begin() as connection:
         connection.execute(update(batches).where(batches.c.id == batch_id,
@@ -119,9 +120,11 @@ def cancel_batch(db: Engine, batch_id: str, owner: str) -> None:
         connection.execute(update(jobs).where(jobs.c.batch_id == batch_id,
                                               jobs.c.owner == owner, jobs.c.status == QUEUED)
                            .values(status=CANCELLED, finished_at=now, cancel_requested=True))
-        connection.execute(update(jobs).where(jobs.c.batch_id == batch_id,
-                                              jobs.c.owner == owner, jobs.c.status == RUNNING)
-                           .values(cancel_requested=True))
+        running = connection.execute(
+            update(jobs).where(jobs.c.batch_id == batch_id, jobs.c.owner == owner,
+                               jobs.c.status == RUNNING)
+            .values(cancel_requested=True).returning(jobs.c.id)).scalars().all()
+    return list(running)
 
 
 def finished_items(db: Engine, batch_id: str, page: int = 1000) -> Iterator[dict[str, Any]]:

@@ -13,14 +13,14 @@ import socket
 import threading
 import time
 
-from infra.broker import Broker
-from infra.lanes import TASK_NAME, lanes_of
+from infra.broker import Broker, ChannelListener
+from infra.lanes import CANCEL_CHANNEL, TASK_NAME, lanes_of
 from infra.models import load_catalog
 from infra.settings import Settings
 from store.db import make_engine
 from store.workers import HEARTBEAT_SECONDS, beat, leave
 from worker.delivery import Delivery
-from worker.execute import run_job
+from worker.execute import CancelledJobs, run_job
 from worker.loading import load_decoding_engine
 
 log = logging.getLogger("decide.worker")
@@ -53,13 +53,16 @@ def run_worker(settings: Settings, model_name: str | None) -> None:
         last_look[0] = now
         while (waiting := broker.take_waiting(config.name, "foreground")) is not None:
             run_job(waiting, db=db, engine_for=engine_for, worker_id=worker_id,
-                    on_finished=broker.publish_finished)
+                    on_finished=broker.publish_finished, cancelled=cancelled)
 
     @broker.celery.task(name=TASK_NAME, acks_late=True)
     def run_job_task(job_id: str) -> str | None:
         return run_job(job_id, db=db, engine_for=engine_for, worker_id=worker_id,
-                       on_finished=broker.publish_finished,
+                       on_finished=broker.publish_finished, cancelled=cancelled,
                        yield_to_foreground=serve_foreground_first)
+
+    cancelled = CancelledJobs()
+    ChannelListener(settings.broker_url, CANCEL_CHANNEL, cancelled.add).start()
 
     stopping = threading.Event()
 

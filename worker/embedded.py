@@ -21,7 +21,7 @@ from infra.events import JobEvents
 from infra.models import Catalog
 from infra.settings import Settings
 from store import jobs
-from worker.execute import run_job
+from worker.execute import CancelledJobs, run_job
 from worker.loading import load_decoding_engine
 
 log = logging.getLogger("decide.worker")
@@ -41,6 +41,7 @@ class EmbeddedWorker:
         self._thread = threading.Thread(target=self._loop, name="decide-worker", daemon=True)
         self._stopping = threading.Event()
         self.load_error: str | None = None
+        self.cancelled = CancelledJobs()
 
     def start(self) -> None:
         """Load the default model, take back jobs a previous process left, and start."""
@@ -60,6 +61,9 @@ class EmbeddedWorker:
     def send_batch(self, job_ids: list[str], model: str, priority: str) -> None:
         for job_id in job_ids:
             self.send(job_id, model, priority)
+
+    def cancel(self, job_id: str) -> None:
+        self.cancelled.add(job_id)
 
     def ready(self) -> tuple[bool, str]:
         if self.load_error is not None:
@@ -87,7 +91,7 @@ class EmbeddedWorker:
                 continue
             try:
                 run_job(job_id, db=self._db, engine_for=self.engine_for,
-                        on_finished=self._events.publish,
+                        on_finished=self._events.publish, cancelled=self.cancelled,
                         yield_to_foreground=self._serve_foreground_first)
             except Exception:  # the loop must outlive any one job
                 log.exception("job %s could not be run", job_id)
@@ -101,7 +105,7 @@ class EmbeddedWorker:
                     return
             _, _, job_id = self._queue.get_nowait()
             run_job(job_id, db=self._db, engine_for=self.engine_for,
-                    on_finished=self._events.publish)
+                    on_finished=self._events.publish, cancelled=self.cancelled)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -7,6 +7,7 @@ and reads everything else from the database, the source of truth.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -19,8 +20,27 @@ from infra import metrics
 from store import jobs
 
 log = logging.getLogger("decide.worker")
-CANCEL_CHECK_SECONDS = 0.2
-"""A cancelled running job stops before its next row once this much time has passed."""
+CANCEL_CHECK_SECONDS = 1.0
+"""How often a running job reads its cancel flag from the database. The front door also
+announces a cancel to the workers, who then stop before the next row without reading."""
+
+
+class CancelledJobs:
+    """Job ids the front door asked to stop, as announced (bounded: old ids are dropped)."""
+
+    def __init__(self, keep: int = 10_000) -> None:
+        self._ids: dict[str, None] = {}
+        self._keep = keep
+        self._lock = threading.Lock()
+
+    def add(self, job_id: str) -> None:
+        with self._lock:
+            self._ids[job_id] = None
+            while len(self._ids) > self._keep:
+                del self._ids[next(iter(self._ids))]
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._ids
 
 
 class Cancelled(Exception):
@@ -30,7 +50,8 @@ class Cancelled(Exception):
 def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Engine],
             on_finished: Callable[[str], None] | None = None,
             worker_id: str | None = None,
-            yield_to_foreground: Callable[[], None] | None = None) -> str | None:
+            yield_to_foreground: Callable[[], None] | None = None,
+            cancelled: CancelledJobs | None = None) -> str | None:
     """Decode ``job_id`` once; returns its final status, or None when it was not ours to run
     (already taken, finished or cancelled: a redelivery is never decoded twice).
 
@@ -48,6 +69,8 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Engine],
         """Asked before each row; the database is read at most every CANCEL_CHECK_SECONDS."""
         if yield_to_foreground is not None and job.priority == "background":
             yield_to_foreground()
+        if cancelled is not None and job_id in cancelled:
+            raise Cancelled
         now = time.monotonic()
         if now - last_check[0] < CANCEL_CHECK_SECONDS:
             return

@@ -59,7 +59,8 @@ def batch_results(batch_id: str, ctx: Context, owner: Owner) -> StreamingRespons
 @router.post("/v1/batches/{batch_id}/cancel")
 def cancel_batch(batch_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
     _owned(ctx, batch_id, owner)
-    batches.cancel_batch(ctx.db, batch_id, owner)
+    for job_id in batches.cancel_batch(ctx.db, batch_id, owner):
+        ctx.queue.cancel(job_id)
     return _view(ctx, _owned(ctx, batch_id, owner))
 
 

@@ -54,6 +54,8 @@ async def read_job(job_id: str, ctx: Context, owner: Owner,
 async def cancel_job(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
     await run_in_threadpool(owned_job, ctx, job_id, owner)
     job = await run_in_threadpool(jobs.cancel_job, ctx.db, job_id, owner)
+    if job is not None and job.status == jobs.RUNNING:
+        await run_in_threadpool(ctx.queue.cancel, job_id)
     return job_view(job or await run_in_threadpool(owned_job, ctx, job_id, owner))
 
 

@@ -157,3 +157,19 @@ def test_foreground_waits_for_a_row_not_a_whole_background_job(cluster):
         again = client.post("/v1/systemone", json={"state": "a long background job",
                                                    "questions": {"q7": QUESTIONS["refund"]}})
         assert again.json()["answers"]["q7"] == done["result"]["answers"]["q7"]
+
+
+def test_cancel_reaches_the_worker_running_the_job(cluster):
+    many = {f"q{i}": QUESTIONS["refund"] for i in range(400)}
+    with cluster.client() as client:
+        job = client.post("/v1/jobs", json={"state": "to be cancelled", "questions": many,
+                                            "priority": "foreground"}).json()
+        deadline = time.monotonic() + 60
+        while client.get(f"/v1/jobs/{job['id']}").json()["status"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        started = time.monotonic()
+        client.delete(f"/v1/jobs/{job['id']}")
+        final = client.get(f"/v1/jobs/{job['id']}", params={"wait": 30}).json()
+        assert final["status"] == "cancelled" and final["result"] is None
+        assert time.monotonic() - started < 2  # a row or two, not 400
