@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, func, literal, select, update
+from sqlalchemy import Engine, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from store.tables import batches, jobs, usage, workers
@@ -165,11 +165,12 @@ def claim_job(db: Engine, job_id: str, worker_id: str | None = None) -> JobRecor
     return None if row is None else _record(row)
 
 
-def finish_job(db: Engine, job_id: str, *, status: str, result: dict[str, Any] | None = None,
-               error: dict[str, Any] | None = None, decode_ms: float | None = None,
-               input_tokens: int | None = None) -> bool:
+def finish_job(db: Engine, job: JobRecord, *, status: str,
+               result: dict[str, Any] | None = None, error: dict[str, Any] | None = None,
+               decode_ms: float | None = None, input_tokens: int | None = None) -> bool:
     """running → a finished state, with its usage recorded in the same transaction; False when
     the job was not running any more."""
+    job_id = job.id
     assert status in FINISHED
     values: dict[str, Any] = {"status": status, "result": _dumps(result),
                               "error": _dumps(error), "finished_at": time.time(),
@@ -181,10 +182,10 @@ def finish_job(db: Engine, job_id: str, *, status: str, result: dict[str, Any] |
             update(jobs).where(jobs.c.id == job_id, jobs.c.status == RUNNING)
             .values(**values)).rowcount
         if changed == 1 and status == SUCCEEDED:
-            connection.execute(usage.insert().from_select(
-                ["job_id", "owner", "model", "finished_at", "input_tokens", "rows"],
-                select(jobs.c.id, jobs.c.owner, jobs.c.model, literal(values["finished_at"]),
-                       jobs.c.input_tokens, jobs.c.rows).where(jobs.c.id == job_id)))
+            connection.execute(usage.insert().values(
+                job_id=job_id, owner=job.owner, model=job.model,
+                finished_at=values["finished_at"], rows=job.rows,
+                input_tokens=job.input_tokens if input_tokens is None else input_tokens))
     return changed == 1
 
 

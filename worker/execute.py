@@ -95,7 +95,7 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Engine],
         log.exception("job %s failed", job_id)
         error = {"error_type": "internal_error", "message": f"decoding failed: {failure}"}
     decode_ms = (time.perf_counter() - started) * 1000
-    jobs.finish_job(db, job_id, status=status, result=result, error=error, decode_ms=decode_ms,
+    jobs.finish_job(db, job, status=status, result=result, error=error, decode_ms=decode_ms,
                     input_tokens=tokens)
     metrics.decode_time.labels(job.model).observe(decode_ms / 1000)
     metrics.jobs_finished.labels(job.model, job.priority, status).inc()

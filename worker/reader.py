@@ -84,9 +84,13 @@ class LlamaReader:
         return results
 
     def forget_prefix(self) -> None:
-        """Drop the cached prefix, so the next read decodes its state again (benchmarks)."""
+        """Drop the cached prefix, so the next read decodes its state again.
+
+        Only the cache's bookkeeping is reset (``data=False``): zeroing the whole buffer costs
+        milliseconds per request, and stale cells never count, since attention masks every
+        cell no sequence holds (exp(-inf) = 0, and 0 times a finite value adds exactly 0)."""
         self._cached_prefix = None
-        llama_cpp.llama_memory_clear(self._memory, True)
+        llama_cpp.llama_memory_clear(self._memory, False)
 
     def _ensure_prefix(self, prefix: tuple[int, ...]) -> None:
         if prefix == self._cached_prefix:

@@ -13,6 +13,15 @@ from store.migrate import upgrade
 REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
 
 
+def usage_count(db) -> int:
+    from sqlalchemy import func, select
+
+    from store.tables import usage
+
+    with db.connect() as connection:
+        return connection.execute(select(func.count()).select_from(usage)).scalar()
+
+
 def new(db, owner="alice", priority="background", **extra):
     job, created = jobs.create_job(db, owner=owner, model="m", priority=priority,
                                    request=REQUEST, metadata={"k": "v"}, rows=1,
@@ -32,11 +41,12 @@ def test_a_job_is_claimed_once_and_finished_once(db):
     claimed = jobs.claim_job(db, job.id)
     assert claimed is not None and claimed.status == jobs.RUNNING and claimed.decode_runs == 1
     assert jobs.claim_job(db, job.id) is None  # a redelivery is not ours to run
-    assert jobs.finish_job(db, job.id, status=jobs.SUCCEEDED, result={"answers": {}},
+    assert jobs.finish_job(db, claimed, status=jobs.SUCCEEDED, result={"answers": {}},
                            decode_ms=5.0)
-    assert not jobs.finish_job(db, job.id, status=jobs.FAILED)  # finished stays finished
+    assert not jobs.finish_job(db, claimed, status=jobs.FAILED)  # finished stays finished
     done = jobs.get_job(db, job.id)
     assert done.status == jobs.SUCCEEDED and done.result == {"answers": {}}
+    assert usage_count(db) == 1  # the usage audit has the job once
     assert jobs.claim_job(db, job.id) is None
 
 
@@ -85,8 +95,7 @@ def test_lists_lanes_and_retention(db):
     assert jobs.queued_rows(db, model="m", priority="background") == 2
     jobs.claim_job(db, ids[0])
     assert jobs.requeue_running(db) == 1
-    jobs.claim_job(db, ids[0])
-    jobs.finish_job(db, ids[0], status=jobs.SUCCEEDED, result={})
+    jobs.finish_job(db, jobs.claim_job(db, ids[0]), status=jobs.SUCCEEDED, result={})
     assert jobs.purge_finished_before(db, cutoff=0) == 0
     assert jobs.purge_finished_before(db, cutoff=10**12) == 3  # 1 finished, 2 expired
     assert jobs.get_job(db, ids[0]) is None
