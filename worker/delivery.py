@@ -116,9 +116,9 @@ class Delivery:
             if lost:
                 log.warning("%s %s: %d sent jobs are not on the broker; sending again",
                             model, priority, lost)
+        if in_redis > LANE_WINDOW // 2:
+            return  # plenty waiting: most ticks end here, with one Redis round trip
         room = LANE_WINDOW - in_redis
-        if room <= 0:
-            return
         job_ids = jobs.unsent_jobs(self._db, model=model, priority=priority, limit=room)
         for job_id in job_ids:
             self._broker.send(job_id, model, priority)

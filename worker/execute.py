@@ -99,6 +99,6 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Engine],
                     input_tokens=tokens)
     metrics.decode_time.labels(job.model).observe(decode_ms / 1000)
     metrics.jobs_finished.labels(job.model, job.priority, status).inc()
-    if on_finished is not None:
+    if on_finished is not None and job.batch_id is None:  # nobody waits on a batch item
         on_finished(job_id)
     return status
