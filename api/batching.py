@@ -19,6 +19,7 @@ from decide.protocol import DecisionRequest, parse_request
 from decide.questions import json_kind
 from decide.render import state_text
 from decide.rows import CONTEXT_HEAD
+from infra import metrics
 from store import batches
 
 MAX_ITEMS = 100_000
@@ -52,6 +53,7 @@ def accept_batch(ctx: ApiContext, *, owner: str, body: Any) -> AcceptedBatch:
     batch, job_ids = batches.create_batch(
         ctx.db, owner=owner, model=config.name, priority=priority, questions=questions,
         metadata=metadata, items=items, rows_per_item=rows)
+    metrics.jobs_submitted.labels(config.name, priority).inc(len(job_ids))
     ctx.queue.send_batch(job_ids, config.name, priority)
     return AcceptedBatch(batch=batch, job_ids=job_ids)
 

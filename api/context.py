@@ -10,6 +10,7 @@ from api.auth import Authenticator
 from api.errors import not_found
 from decide.engine import Engine
 from infra.events import JobEvents
+from infra.metrics import Exposition
 from infra.models import Catalog, ConfigError, ModelConfig
 from infra.queue import JobQueue
 from infra.settings import Settings
@@ -25,6 +26,7 @@ class ApiContext:
     queue: JobQueue
     events: JobEvents
     auth: Authenticator
+    metrics: Exposition
 
     def model(self, name: str | None) -> ModelConfig:
         """The configured model a request names; 404 naming the configured ones otherwise."""

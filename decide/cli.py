@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -61,9 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="start the HTTP API (embedded: with a worker)")
     serve.add_argument("--host", help="address to listen on (default DECIDE_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default DECIDE_PORT, 8000)")
+    serve.add_argument("--workers", type=int, default=1,
+                       help="front-door processes (distributed setup only; metrics are merged "
+                            "through PROMETHEUS_MULTIPROC_DIR)")
     commands.add_parser("migrate", help="apply the database migrations")
+    status = commands.add_parser("status", help="lanes, depths, ages, throughput and workers")
+    status.add_argument("--url", default=os.environ.get("DECIDE_URL", "http://127.0.0.1:8000"),
+                        help="the service (default DECIDE_URL or http://127.0.0.1:8000)")
+    status.add_argument("--api-key", default=os.environ.get("DECIDE_API_KEY"),
+                        help="an API key (default DECIDE_API_KEY)")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
     worker = commands.add_parser("worker", help="a Celery worker holding one model")
     worker.add_argument("--model", help="the configured model it serves (default: the default)")
+    worker.add_argument("--metrics-port", type=int,
+                        help="serve Prometheus metrics on this port (default "
+                             "DECIDE_WORKER_METRICS_PORT, 9101; 0: none)")
     return parser
 
 
@@ -78,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return migrate_command()
         if args.command == "worker":
             return worker_command(args)
+        if args.command == "status":
+            return status_command(args)
         return models_command()
     except (UsageError, DecideError, ConfigError) as error:
         print(f"decide: {describe(error)}", file=sys.stderr)
@@ -215,21 +230,26 @@ def models_command() -> int:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    import tempfile
+
     import uvicorn
 
     from infra.settings import Settings
 
     settings = Settings()
-    if settings.embedded:
-        from launch.embedded import build_embedded
+    host, port = args.host or settings.host, args.port or settings.port
+    if args.workers > 1:
+        if settings.embedded:
+            raise UsageError("the embedded service is one process; set DECIDE_BROKER_URL and "
+                             "DECIDE_DATABASE_URL to run several front-door processes")
+        os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR",
+                              tempfile.mkdtemp(prefix="decide-metrics-"))
+        uvicorn.run("launch.app:make_app", factory=True, workers=args.workers, host=host,
+                    port=port, log_level="info")
+        return 0
+    from launch.app import make_app
 
-        app = build_embedded(settings)
-    else:
-        from launch.distributed import build_distributed
-
-        app = build_distributed(settings)
-    uvicorn.run(app, host=args.host or settings.host, port=args.port or settings.port,
-                log_level="info")
+    uvicorn.run(make_app(), host=host, port=port, log_level="info")
     return 0
 
 
@@ -250,5 +270,25 @@ def worker_command(args: argparse.Namespace) -> int:
     from worker.celery_worker import run_worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    run_worker(Settings(), args.model)
+    settings = Settings()
+    port = settings.worker_metrics_port if args.metrics_port is None else args.metrics_port
+    run_worker(settings, args.model, port or None)
+    return 0
+
+
+def status_command(args: argparse.Namespace) -> int:
+    import httpx
+
+    from decide.status_view import render_status
+
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    try:
+        response = httpx.get(f"{args.url.rstrip('/')}/v1/status", headers=headers, timeout=10)
+    except httpx.HTTPError as error:
+        raise UsageError(f"cannot reach {args.url}: {error}") from error
+    if response.status_code != 200:
+        raise UsageError(f"{args.url} answered {response.status_code}: {response.text[:200]}")
+    report = response.json()
+    print(json.dumps(report, indent=2) if args.json else render_status(report), end="\n"
+          if args.json else "")
     return 0

@@ -32,6 +32,10 @@ class LoadedEngine:
         self.model.close()
 
 
+def gpu_layers(config: ModelConfig, settings: Settings) -> int:
+    return settings.gpu_layers if config.gpu_layers is None else config.gpu_layers
+
+
 def context_window(config: ModelConfig, model: GgufModel) -> int:
     """The configured context size; 0 means the length the model was trained on."""
     return config.context_size if config.context_size > 0 else model.trained_context
@@ -47,7 +51,7 @@ def load_engine(config: ModelConfig, settings: Settings,
     path = gguf_path(config, settings)
     profile = load_profile(config, path)
     model = GgufModel(config.name, path, vocab_only=make_reader is None,
-                      gpu_layers=config.gpu_layers)
+                      gpu_layers=gpu_layers(config, settings))
     reader = None
     try:
         window = context_window(config, model)

@@ -1,11 +1,36 @@
 """The one metrics module: every family the service exports (SPEC §6), prefix ``decide_``.
 
 Labels stay bounded: routes are templates (``/v1/jobs/{job_id}``), never ids, keys or states.
+
+Counters and histograms live in the process that counts them (the API counts requests and
+submissions; a worker counts what it decodes, on its own metrics port). Queue depth, the age
+of the oldest queued job and live workers are read from the database when scraped, so every
+API process reports the same truth. With ``PROMETHEUS_MULTIPROC_DIR`` set (several API
+processes on one host), prometheus_client's multiprocess mode merges the processes' counters.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+import os
+import time
+from collections.abc import Iterator
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+from sqlalchemy import Engine as Database
+from sqlalchemy import func, select
+
+from infra.lanes import LANES
 
 # Buckets from a few milliseconds to ten minutes: sync calls and multi-minute backlogs alike.
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
@@ -24,7 +49,70 @@ decode_time = Histogram("decide_job_decode_seconds", "Time spent decoding a job"
                         buckets=SECONDS_BUCKETS)
 rows_total = Counter("decide_rows_total", "Prompt rows decoded", ["model", "type"])
 input_tokens = Counter("decide_input_tokens_total", "Tokens read by the model", ["model"])
+model_loaded = Gauge("decide_model_loaded", "1 while this worker holds its model loaded",
+                     ["model"], multiprocess_mode="livemax")
+
+EXPORTED = ("decide_http_requests_total", "decide_http_request_duration_seconds",
+            "decide_jobs_submitted_total", "decide_jobs_finished_total",
+            "decide_job_queue_wait_seconds", "decide_job_decode_seconds", "decide_rows_total",
+            "decide_input_tokens_total", "decide_model_loaded", "decide_queue_depth",
+            "decide_oldest_queued_job_age_seconds", "decide_workers")
+"""Every family name, for the dashboard and alert tests."""
 
 
-def exposition() -> tuple[bytes, str]:
-    return generate_latest(), CONTENT_TYPE_LATEST
+class StoreCollector(Collector):
+    """Lane depth, oldest queued job and live workers, read from the source of truth."""
+
+    def __init__(self, db: Database, models: list[str]) -> None:
+        self._db = db
+        self._models = models
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from store.jobs import QUEUED
+        from store.tables import jobs
+        from store.workers import live_counts
+
+        now = time.time()
+        with self._db.connect() as connection:
+            rows = connection.execute(
+                select(jobs.c.model, jobs.c.priority, func.count(), func.min(jobs.c.created_at))
+                .where(jobs.c.status == QUEUED).group_by(jobs.c.model, jobs.c.priority)).all()
+        lanes = {(model, priority): (count, oldest) for model, priority, count, oldest in rows}
+        depth = GaugeMetricFamily("decide_queue_depth", "Jobs queued per lane",
+                                  labels=["model", "priority"])
+        age = GaugeMetricFamily("decide_oldest_queued_job_age_seconds",
+                                "Age of the oldest queued job per lane (0 when none)",
+                                labels=["model", "priority"])
+        models = sorted(set(self._models) | {model for model, _ in lanes})
+        for model in models:
+            for priority in LANES:
+                count, oldest = lanes.get((model, priority), (0, None))
+                depth.add_metric([model, priority], count)
+                age.add_metric([model, priority], 0.0 if oldest is None else now - oldest)
+        workers = GaugeMetricFamily("decide_workers", "Live workers per model",
+                                    labels=["model"])
+        alive = live_counts(self._db, now=now)
+        for model in models:
+            workers.add_metric([model], alive.get(model, 0))
+        yield from (depth, age, workers)
+
+
+class Exposition:
+    """What ``GET /metrics`` answers in one process."""
+
+    def __init__(self, store: StoreCollector | None = None) -> None:
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            self._registry = CollectorRegistry()
+            MultiProcessCollector(self._registry)
+        else:
+            self._registry = REGISTRY
+        if store is not None:
+            self._registry.register(store)
+        self._store = store
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self._registry), CONTENT_TYPE_LATEST
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._registry.unregister(self._store)

@@ -46,7 +46,8 @@ class ModelConfig:
     kind: str = DECISION_KIND
     profile: Path | None = None
     context_size: int = DEFAULT_CONTEXT_SIZE
-    gpu_layers: int = 0
+    gpu_layers: int | None = None
+    """None: ``DECIDE_GPU_LAYERS`` (0 unless set; -1 offloads every layer)."""
     threads: int | None = None
     description: str = ""
     release_date: str | None = None
@@ -120,7 +121,7 @@ def _model_config(name: str, entry: Any, source: Path) -> ModelConfig:
         kind=str(entry.get("kind", DECISION_KIND)),
         profile=None if profile is None else (base / profile).expanduser(),
         context_size=int(entry.get("context_size", DEFAULT_CONTEXT_SIZE)),
-        gpu_layers=int(entry.get("gpu_layers", 0)),
+        gpu_layers=None if entry.get("gpu_layers") is None else int(entry["gpu_layers"]),
         threads=None if entry.get("threads") is None else int(entry["threads"]),
         description=str(entry.get("description", "")),
         release_date=entry.get("release_date"),

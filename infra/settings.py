@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     """A TOML or JSON file that configures models by name (see README, Configuration)."""
     threads: int | None = None
     """Threads per model when its configuration names none (default: all cores)."""
+    gpu_layers: int = 0
+    """Layers offloaded to a GPU when a model's configuration names none (-1: all)."""
 
     database_url: str | None = None
     """SQLAlchemy URL of the jobs store; none means SQLite under the data directory."""
@@ -43,6 +45,8 @@ class Settings(BaseSettings):
     """Queued rows a model's foreground lane holds before new work gets 503 (SPEC §5)."""
     background_lane_rows: int = 5_000_000
     """Queued rows a model's background lane holds before new work gets 503."""
+    worker_metrics_port: int = 9101
+    """Where ``decide worker`` serves its Prometheus metrics (0: nowhere)."""
     retention_days: float = 30.0
     """Finished jobs older than this are purged."""
 

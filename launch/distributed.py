@@ -15,6 +15,7 @@ from infra.distributed_queue import CeleryQueue
 from infra.engines import load_planner
 from infra.events import JobEvents
 from infra.lanes import FINISHED_CHANNEL
+from infra.metrics import Exposition, StoreCollector
 from infra.models import load_catalog
 from infra.settings import Settings
 from store.db import make_engine
@@ -35,11 +36,13 @@ def build_distributed(settings: Settings) -> FastAPI:
     listener.start()
     queue = CeleryQueue(db=db, broker=Broker(settings.broker_url), models=list(catalog.models))
     context = ApiContext(settings=settings, db=db, catalog=catalog, planners=planners,
-                         queue=queue, events=events, auth=Authenticator(settings.key_list))
+                         queue=queue, events=events, auth=Authenticator(settings.key_list),
+                         metrics=Exposition(StoreCollector(db, list(catalog.models))))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
+        context.metrics.close()
         listener.stop()
         db.dispose()
 

@@ -13,6 +13,7 @@ from api.auth import Authenticator
 from api.context import ApiContext
 from infra.engines import load_planner
 from infra.events import JobEvents
+from infra.metrics import Exposition, StoreCollector
 from infra.models import load_catalog
 from infra.settings import Settings
 from store.db import make_engine
@@ -35,11 +36,13 @@ def build_embedded(settings: Settings) -> FastAPI:
     worker = EmbeddedWorker(db=db, catalog=catalog, settings=settings, events=events)
     worker.start()
     context = ApiContext(settings=settings, db=db, catalog=catalog, planners=planners,
-                         queue=worker, events=events, auth=Authenticator(settings.key_list))
+                         queue=worker, events=events, auth=Authenticator(settings.key_list),
+                         metrics=Exposition(StoreCollector(db, list(catalog.models))))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
+        context.metrics.close()
         worker.stop()
         db.dispose()
 

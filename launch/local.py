@@ -57,12 +57,13 @@ class LocalCluster:
                                 stdout=log, stderr=subprocess.STDOUT)
 
     def start_worker(self, model: str | None = None) -> subprocess.Popen:
-        process = self._spawn("worker", *(["--model", model] if model else []))
+        process = self._spawn("worker", "--metrics-port", str(free_port()),
+                              *(["--model", model] if model else []))
         self.workers.append(process)
         return process
 
-    def start_api(self) -> None:
-        self.api = self._spawn("serve", "--port", str(self.port))
+    def start_api(self, processes: int = 1) -> None:
+        self.api = self._spawn("serve", "--port", str(self.port), "--workers", str(processes))
         self.wait_ready()
 
     def wait_ready(self, seconds: float = 120) -> None:

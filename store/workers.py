@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+import threading
 import time
 
 from sqlalchemy import Engine, delete, func, select, update
 
 from store.tables import workers
+
+log = logging.getLogger("decide.worker")
 
 HEARTBEAT_SECONDS = 2.0
 DEAD_AFTER_SECONDS = 10.0
@@ -44,3 +50,35 @@ def forget_dead(db: Engine, *, older_than: float) -> int:
     with db.begin() as connection:
         return connection.execute(delete(workers).where(workers.c.last_seen < older_than)
                                   ).rowcount
+
+
+class Heartbeat:
+    """A thread that says a worker is alive every HEARTBEAT_SECONDS, and leaves on stop."""
+
+    def __init__(self, db: Engine, *, worker_id: str, model: str,
+                 metrics_port: int | None = None) -> None:
+        self._db = db
+        self._fields = {"worker_id": worker_id, "model": model,
+                        "hostname": socket.gethostname(), "pid": os.getpid(),
+                        "metrics_port": metrics_port}
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="decide-heartbeat",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                beat(self._db, **self._fields)
+            except Exception:  # a database outage must not kill the worker
+                log.exception("heartbeat failed")
+            self._stopping.wait(HEARTBEAT_SECONDS)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        try:
+            leave(self._db, self._fields["worker_id"])
+        except Exception:
+            log.exception("could not record that the worker left")

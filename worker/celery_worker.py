@@ -10,15 +10,17 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 
+from prometheus_client import start_http_server
+
+from infra import metrics
 from infra.broker import Broker, ChannelListener
 from infra.lanes import CANCEL_CHANNEL, TASK_NAME, lanes_of
 from infra.models import load_catalog
 from infra.settings import Settings
 from store.db import make_engine
-from store.workers import HEARTBEAT_SECONDS, beat, leave
+from store.workers import Heartbeat
 from worker.delivery import Delivery
 from worker.execute import CancelledJobs, run_job
 from worker.loading import load_decoding_engine
@@ -28,12 +30,20 @@ FOREGROUND_LOOK_SECONDS = 0.02
 """How often a background job looks for waiting foreground work between its rows."""
 
 
-def run_worker(settings: Settings, model_name: str | None) -> None:
+def run_worker(settings: Settings, model_name: str | None, metrics_port: int | None) -> None:
     if not settings.broker_url:
         raise SystemExit("decide worker needs DECIDE_BROKER_URL (and DECIDE_DATABASE_URL)")
     catalog = load_catalog(settings)
     config = catalog.get(model_name)
     loaded = load_decoding_engine(config, settings)
+    metrics.model_loaded.labels(config.name).set(1)
+    if metrics_port:
+        try:
+            start_http_server(metrics_port, addr=settings.host)
+        except OSError as error:  # decoding matters more than this worker's metrics
+            log.error("cannot serve metrics on port %d (%s): pass --metrics-port to each "
+                      "worker on this host", metrics_port, error)
+            metrics_port = None
     db = make_engine(settings.resolved_database_url)
     broker = Broker(settings.broker_url)
     worker_id = f"{socket.gethostname()}:{os.getpid()}:{config.name}"
@@ -64,18 +74,9 @@ def run_worker(settings: Settings, model_name: str | None) -> None:
     cancelled = CancelledJobs()
     ChannelListener(settings.broker_url, CANCEL_CHANNEL, cancelled.add).start()
 
-    stopping = threading.Event()
-
-    def heartbeat() -> None:
-        while not stopping.is_set():
-            try:
-                beat(db, worker_id=worker_id, model=config.name,
-                     hostname=socket.gethostname(), pid=os.getpid())
-            except Exception:  # a database outage must not kill the worker
-                log.exception("heartbeat failed")
-            stopping.wait(HEARTBEAT_SECONDS)
-
-    threading.Thread(target=heartbeat, name="decide-heartbeat", daemon=True).start()
+    heartbeat = Heartbeat(db, worker_id=worker_id, model=config.name,
+                          metrics_port=metrics_port)
+    heartbeat.start()
     delivery = Delivery(db=db, broker=broker, models=list(catalog.models),
                         retention_days=settings.retention_days)
     delivery.start()
@@ -84,9 +85,11 @@ def run_worker(settings: Settings, model_name: str | None) -> None:
             "worker", "--pool=solo", "--concurrency=1", "--prefetch-multiplier=1",
             f"--queues={','.join(lanes_of(config.name))}",
             f"--hostname={config.name}@{socket.gethostname()}-{os.getpid()}",
-            "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=INFO"])
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            # a line per task is noise in a backlog of 100,000; our own loggers stay at INFO
+            "--loglevel=WARNING"])
     finally:
-        stopping.set()
+        heartbeat.stop()
         delivery.stop()
-        leave(db, worker_id)
+        metrics.model_loaded.labels(config.name).set(0)
         loaded.close()

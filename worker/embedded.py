@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import queue
 import threading
 import time
@@ -16,11 +17,13 @@ import time
 from sqlalchemy import Engine as Database
 
 from decide.engine import Engine
+from infra import metrics
 from infra.engines import LoadedEngine
 from infra.events import JobEvents
 from infra.models import Catalog
 from infra.settings import Settings
 from store import jobs
+from store.workers import Heartbeat
 from worker.execute import CancelledJobs, run_job
 from worker.loading import load_decoding_engine
 
@@ -50,6 +53,9 @@ class EmbeddedWorker:
         except Exception as error:  # reported by /ready, not a crash
             self.load_error = str(error)
             log.error("cannot load the default model: %s", error)
+        self._heartbeat = Heartbeat(self._db, worker_id=f"embedded:{os.getpid()}",
+                                    model=self._catalog.default)
+        self._heartbeat.start()
         jobs.requeue_running(self._db)
         for job_id, model, priority in jobs.queued_jobs(self._db):
             self.send(job_id, model, priority)
@@ -76,6 +82,7 @@ class EmbeddedWorker:
         if model not in self._engines:
             self._engines[model] = load_decoding_engine(self._catalog.get(model),
                                                         self._settings)
+            metrics.model_loaded.labels(model).set(1)
         return self._engines[model].engine
 
     def _loop(self) -> None:
@@ -109,6 +116,7 @@ class EmbeddedWorker:
 
     def stop(self) -> None:
         self._stopping.set()
+        self._heartbeat.stop()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
         for loaded in self._engines.values():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra.engines import LoadedEngine, load_engine
+from infra.engines import LoadedEngine, gpu_layers, load_engine
 from infra.gguf import GgufModel
 from infra.models import ModelConfig
 from infra.settings import Settings
@@ -12,7 +12,7 @@ from worker.reader import LlamaReader
 def _make_reader(model: GgufModel, window: int, config: ModelConfig,
                  settings: Settings) -> LlamaReader:
     return LlamaReader(model, context_size=window, threads=config.threads or settings.threads,
-                       gpu_offload=config.gpu_layers)
+                       gpu_offload=gpu_layers(config, settings))
 
 
 def load_decoding_engine(config: ModelConfig, settings: Settings) -> LoadedEngine:

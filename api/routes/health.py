@@ -9,8 +9,8 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
-from api.routes.deps import Context
-from infra import metrics
+from api.routes.deps import Context, Owner
+from store.status import lane_status
 
 router = APIRouter()
 
@@ -40,7 +40,14 @@ def _database_answers(ctx: Context) -> tuple[bool, str]:
     return True, "database answers"
 
 
+@router.get("/v1/status")
+def status(ctx: Context, _: Owner) -> dict[str, Any]:
+    """Lanes, depths, ages, throughput and workers per model (``decide status``)."""
+    return {"object": "status",
+            "models": lane_status(ctx.db, list(ctx.catalog.models), ctx.catalog.default)}
+
+
 @router.get("/metrics")
-def scrape() -> Response:
-    body, content_type = metrics.exposition()
+def scrape(ctx: Context) -> Response:
+    body, content_type = ctx.metrics.render()
     return Response(content=body, media_type=content_type)

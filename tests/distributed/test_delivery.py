@@ -173,3 +173,44 @@ def test_cancel_reaches_the_worker_running_the_job(cluster):
         final = client.get(f"/v1/jobs/{job['id']}", params={"wait": 30}).json()
         assert final["status"] == "cancelled" and final["result"] is None
         assert time.monotonic() - started < 2  # a row or two, not 400
+
+
+def test_ready_follows_the_only_worker_of_a_model(cluster):
+    import httpx
+
+    def ready() -> bool:
+        return httpx.get(f"{cluster.url}/ready", timeout=10).status_code == 200
+
+    assert ready()
+    worker = cluster.workers[0]
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=30)
+    assert not ready()
+    body = httpx.get(f"{cluster.url}/ready", timeout=10).json()
+    assert "no live worker for gemma-3-270m" in body["checks"]["workers"]["detail"]
+    metrics = httpx.get(f"{cluster.url}/metrics", timeout=10).text
+    assert 'decide_workers{model="gemma-3-270m"} 0.0' in metrics
+    cluster.start_worker()
+    cluster.wait_ready(seconds=120)
+    assert ready()
+
+
+def test_metrics_are_right_with_several_front_door_processes(cluster_factory):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    cluster = cluster_factory()
+    cluster.start_worker()
+    cluster.start_api(processes=2)
+    with cluster.client() as client:
+        for index in range(12):  # spread over both processes by the kernel
+            assert client.post("/v1/jobs", headers={"Connection": "close"}, json={
+                "state": f"s{index}", "questions": QUESTIONS}).status_code == 202
+        assert client.post("/v1/systemone", json={"state": "s"}).status_code == 422
+        totals = []
+        for _ in range(6):
+            text = client.get("/metrics", headers={"Connection": "close"}).text
+            for family in text_string_to_metric_families(text):
+                if family.name == "decide_jobs_submitted":
+                    totals.append(sum(sample.value for sample in family.samples
+                                      if sample.name.endswith("_total")))
+        assert set(totals) == {12.0}  # every process reports the merged count

@@ -1,0 +1,19 @@
+"""The app factory uvicorn imports in each of several front-door processes
+(``decide serve --workers N``): it reads the same ``DECIDE_*`` settings as ``decide serve``."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from infra.settings import Settings
+
+
+def make_app() -> FastAPI:
+    settings = Settings()
+    if settings.embedded:
+        from launch.embedded import build_embedded
+
+        return build_embedded(settings)
+    from launch.distributed import build_distributed
+
+    return build_distributed(settings)

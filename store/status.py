@@ -1,0 +1,49 @@
+"""The operator's view of the lanes: depths, ages, throughput and workers per model."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+
+from store.jobs import PRIORITIES, QUEUED, RUNNING
+from store.tables import jobs, usage
+from store.workers import live_counts
+
+WINDOW_SECONDS = 60.0
+
+
+def lane_status(db: Engine, models: list[str], default: str) -> list[dict[str, Any]]:
+    now = time.time()
+    with db.connect() as connection:
+        lanes = connection.execute(
+            select(jobs.c.model, jobs.c.priority, jobs.c.status, func.count(),
+                   func.min(jobs.c.created_at))
+            .where(jobs.c.status.in_((QUEUED, RUNNING)))
+            .group_by(jobs.c.model, jobs.c.priority, jobs.c.status)).all()
+        recent = connection.execute(
+            select(usage.c.model, func.count(), func.coalesce(func.sum(usage.c.rows), 0),
+                   func.coalesce(func.sum(usage.c.input_tokens), 0))
+            .where(usage.c.finished_at >= now - WINDOW_SECONDS)
+            .group_by(usage.c.model)).all()
+    alive = live_counts(db, now=now)
+    counts = {(model, priority, status): (count, oldest)
+              for model, priority, status, count, oldest in lanes}
+    throughput = {model: (jobs_, rows, tokens) for model, jobs_, rows, tokens in recent}
+    report = []
+    for model in sorted(set(models) | {key[0] for key in counts}):
+        lane_view = {}
+        for priority in PRIORITIES:
+            queued, oldest = counts.get((model, priority, QUEUED), (0, None))
+            running, _ = counts.get((model, priority, RUNNING), (0, None))
+            lane_view[priority] = {"queued": queued, "running": running,
+                                   "oldest_queued_age_seconds":
+                                       0.0 if oldest is None else round(now - oldest, 1)}
+        done, rows, tokens = throughput.get(model, (0, 0, 0))
+        report.append({"name": model, "default": model == default,
+                       "workers": alive.get(model, 0), "lanes": lane_view,
+                       "last_minute": {"jobs": int(done), "rows": int(rows),
+                                       "input_tokens": int(tokens),
+                                       "tokens_per_second": round(tokens / WINDOW_SECONDS, 1)}})
+    return report

@@ -1,0 +1,66 @@
+"""After traffic that includes a 422 and a batch, the scraped metrics move as they should."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.model
+
+NOUL = {"type": "noul", "instructions": "Refund?"}
+MODEL = "gemma-3-270m"
+
+
+def scrape(client) -> dict[tuple[str, tuple], float]:
+    samples = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples, name: str, **labels) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_metrics_move_with_traffic(open_client):
+    before = scrape(open_client)
+    assert open_client.post("/v1/systemone", json={"state": "s"}).status_code == 422
+    assert open_client.post("/v1/systemone", json={"state": "charged twice",
+                                                   "questions": {"r": NOUL}}).status_code == 200
+    batch = open_client.post("/v1/batches", json={
+        "questions": {"r": NOUL, "c": {"type": "choice", "instructions": "Which?",
+                                       "criteria": ["a", "b"]}},
+        "items": [{"custom_id": f"i{i}", "state": f"ticket {i}"} for i in range(4)]}).json()
+    deadline = time.monotonic() + 60
+    while open_client.get(f"/v1/batches/{batch['id']}").json()["status"] != "completed":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    after = scrape(open_client)
+
+    def moved(name: str, **labels) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("decide_http_requests_total", route="/v1/systemone", method="POST",
+                 status="422") == 1
+    assert moved("decide_http_requests_total", route="/v1/systemone", method="POST",
+                 status="200") == 1
+    assert moved("decide_http_requests_total", route="/v1/batches", method="POST",
+                 status="202") == 1
+    assert moved("decide_jobs_submitted_total", model=MODEL, priority="foreground") == 1
+    assert moved("decide_jobs_submitted_total", model=MODEL, priority="background") == 4
+    assert moved("decide_jobs_finished_total", model=MODEL, priority="background",
+                 status="succeeded") == 4
+    assert moved("decide_rows_total", model=MODEL, type="noul") == 5
+    assert moved("decide_rows_total", model=MODEL, type="choice") == 4
+    assert moved("decide_input_tokens_total", model=MODEL) > 100
+    assert moved("decide_job_decode_seconds_count", model=MODEL) == 5
+    assert moved("decide_job_queue_wait_seconds_count", model=MODEL, priority="background") == 4
+    assert moved("decide_http_request_duration_seconds_count", route="/v1/systemone") == 2
+    assert value(after, "decide_workers", model=MODEL) == 1
+    assert value(after, "decide_model_loaded", model=MODEL) == 1
+    assert value(after, "decide_queue_depth", model=MODEL, priority="background") == 0
+    assert value(after, "decide_oldest_queued_job_age_seconds", model=MODEL,
+                 priority="foreground") == 0

@@ -1,0 +1,68 @@
+"""ops/ validates with the real tools, and only names metrics the service exports."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from infra.metrics import EXPORTED
+
+OPS = Path(__file__).resolve().parents[2] / "ops"
+ROOT = OPS.parent
+HISTOGRAMS = ("decide_http_request_duration_seconds", "decide_job_queue_wait_seconds",
+              "decide_job_decode_seconds")
+
+
+def exported_series() -> set[str]:
+    names = set(EXPORTED)
+    for histogram in HISTOGRAMS:
+        names |= {f"{histogram}_{suffix}" for suffix in ("bucket", "sum", "count")}
+    return names
+
+
+def metric_names(expression: str) -> set[str]:
+    return set(re.findall(r"\bdecide_[a-z_]+\b", expression))
+
+
+def run(*command: str) -> subprocess.CompletedProcess:
+    assert shutil.which(command[0]), f"{command[0]} is not installed (.ci/run installs it)"
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_promtool_checks_the_rules_and_the_config():
+    rules = run("promtool", "check", "rules", str(OPS / "alerts.yml"))
+    assert rules.returncode == 0, rules.stdout + rules.stderr
+    assert "SUCCESS: 6 rules found" in rules.stdout
+    config = run("promtool", "check", "config", str(OPS / "prometheus.yml"))
+    assert config.returncode == 0, config.stdout + config.stderr
+
+
+def test_the_dashboard_charts_only_exported_metrics():
+    dashboard = json.loads((OPS / "grafana" / "dashboards" / "decide.json").read_text())
+    expressions = [target["expr"] for panel in dashboard["panels"]
+                   for target in panel["targets"]]
+    used = set().union(*(metric_names(expression) for expression in expressions))
+    assert used <= exported_series(), used - exported_series()
+    titles = " ".join(panel["title"] for panel in dashboard["panels"]).lower()
+    for subject in ("throughput", "queue wait", "queue depth", "tokens", "error ratio"):
+        assert subject in titles
+
+
+def test_the_alerts_use_only_exported_metrics():
+    rules = yaml.safe_load((OPS / "alerts.yml").read_text())["groups"][0]["rules"]
+    used = set().union(*(metric_names(rule["expr"]) for rule in rules))
+    assert used <= exported_series(), used - exported_series()
+
+
+def test_the_compose_file_validates():
+    result = run("docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q")
+    assert result.returncode == 0, result.stdout + result.stderr
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    assert {"postgres", "redis", "migrate", "api", "worker", "prometheus",
+            "grafana"} <= set(services)
+    assert "healthcheck" in services["postgres"] and "healthcheck" in services["redis"]
