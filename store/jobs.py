@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, func, select, text, update
+from sqlalchemy import Engine, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from store.tables import batches, jobs, usage, workers
@@ -157,11 +157,6 @@ def claim_job(db: Engine, job_id: str, worker_id: str | None = None) -> JobRecor
 
     ``decode_runs`` counts the claims, so every decode execution is on record."""
     with db.begin() as connection:
-        if connection.dialect.name == "postgresql":
-            # A claim need not wait for its WAL flush: if the server crashed and forgot it, the
-            # job would be queued again and decoded by whoever takes it next. Results are
-            # only stored by finish_job, which commits durably.
-            connection.execute(text("SET LOCAL synchronous_commit TO OFF"))
         row = connection.execute(
             update(jobs).where(jobs.c.id == job_id, jobs.c.status == QUEUED)
             .values(status=RUNNING, started_at=time.time(), worker_id=worker_id,
