@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,7 +85,8 @@ def check_lane(ctx: ApiContext, model: str, priority: str, rows: int) -> None:
     limit = ctx.settings.lane_rows(priority)
     queued = jobs.queued_rows(ctx.db, model=model, priority=priority)
     if queued and queued + rows > limit:  # an idle lane always takes one request
-        retry = max(1, min(300, queued // ROWS_PER_SECOND_GUESS))
+        # long enough for the lane to drain the excess at a conservative decode rate
+        retry = max(1, min(300, math.ceil((queued + rows - limit) / ROWS_PER_SECOND_GUESS)))
         raise ApiError(503, "overloaded_error",
                        f"the {priority} lane of {model!r} holds {queued:,} queued rows and "
                        f"takes at most {limit:,}; retry after {retry} s",

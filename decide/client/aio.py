@@ -1,0 +1,124 @@
+"""``AsyncClient``: the same calls as ``Client``, for asyncio code."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+import httpx
+
+from decide.client import calls
+from decide.client.answers import Decision, parse_decision
+from decide.client.errors import DecisionTimeoutError
+from decide.client.records import Batch, BatchResult, Job, batch_result
+from decide.client.sync import LONG_POLL_SECONDS, _decision_of
+
+
+class AsyncClient:
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", api_key: str | None = None,
+                 timeout: float = 120.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.timeout = timeout
+        self._http = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers,
+                                       timeout=timeout, transport=transport)
+        self._questions: dict[str, Mapping[str, Any]] = {}
+        self.retries = 0
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, *, json_body: Any = None,
+                    params: dict[str, Any] | None = None,
+                    headers: dict[str, str] | None = None,
+                    timeout: float | None = None) -> tuple[Any, httpx.Headers]:
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while True:
+            left = max(0.1, deadline - time.monotonic())
+            response = await self._http.request(method, path, json=json_body, params=params,
+                                                headers=headers, timeout=left)
+            try:
+                body = response.json()
+            except ValueError:
+                raise calls.not_json(response.status_code, response.text) from None
+            delay = calls.next_delay(response.status_code,
+                                     calls.retry_after_seconds(
+                                         response.headers.get("retry-after")), deadline)
+            if delay is None:
+                return calls.checked(response.status_code, body, response.headers), \
+                    response.headers
+            self.retries += 1
+            await asyncio.sleep(delay)
+
+    async def decide(self, state: Any, questions: Mapping[str, Mapping[str, Any]],
+                     model: str | None = None, priority: str = "foreground") -> Decision:
+        body, headers = await self._call("POST", "/v1/systemone",
+                                         json_body=calls.decide_body(state, questions, model,
+                                                                     priority))
+        return parse_decision(body, questions, job_id=headers.get("x-job-id"))
+
+    async def submit(self, state: Any, questions: Mapping[str, Mapping[str, Any]],
+                     model: str | None = None, priority: str = "background",
+                     metadata: Mapping[str, Any] | None = None,
+                     idempotency_key: str | None = None) -> Job:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        body, _ = await self._call("POST", "/v1/jobs", headers=headers,
+                                   json_body=calls.job_body(state, questions, model, priority,
+                                                            metadata))
+        job = Job.from_wire(body)
+        self._questions[job.id] = questions
+        return job
+
+    async def job(self, job_id: str, wait: float | None = None) -> Job:
+        params = {"wait": min(wait, LONG_POLL_SECONDS)} if wait else None
+        body, _ = await self._call("GET", f"/v1/jobs/{job_id}", params=params,
+                                   timeout=(wait or 0) + self.timeout)
+        return Job.from_wire(body)
+
+    async def wait(self, job_id: str, timeout: float | None = None) -> Decision:
+        deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
+        while True:
+            left = deadline - time.monotonic()
+            job = await self.job(job_id, wait=max(0.0, min(LONG_POLL_SECONDS, left)) or None)
+            if job.finished:
+                return _decision_of(job, self._questions.get(job_id))
+            if time.monotonic() >= deadline:
+                raise DecisionTimeoutError(f"job {job_id} is still {job.status}",
+                                           job_id=job_id, error_type="timeout")
+
+    async def cancel(self, job_id: str) -> Job:
+        body, _ = await self._call("DELETE", f"/v1/jobs/{job_id}")
+        return Job.from_wire(body)
+
+    async def batch(self, questions: Mapping[str, Mapping[str, Any]], items: Iterable[Any],
+                    model: str | None = None, priority: str = "background",
+                    metadata: Mapping[str, Any] | None = None) -> Batch:
+        body, _ = await self._call("POST", "/v1/batches",
+                                   json_body=calls.batch_body(questions, items, model,
+                                                              priority, metadata))
+        batch = Batch.from_wire(body)
+        self._questions[batch.id] = questions
+        return batch
+
+    async def get_batch(self, batch_id: str) -> Batch:
+        body, _ = await self._call("GET", f"/v1/batches/{batch_id}")
+        return Batch.from_wire(body)
+
+    async def results(self, batch_id: str) -> AsyncIterator[BatchResult]:
+        questions = self._questions.get(batch_id)
+        async with self._http.stream("GET", f"/v1/batches/{batch_id}/results") as response:
+            if response.status_code >= 400:
+                await response.aread()
+                calls.checked(response.status_code, response.json(), response.headers)
+            async for line in response.aiter_lines():
+                if line.strip():
+                    yield batch_result(json.loads(line), questions)

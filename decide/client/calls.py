@@ -1,0 +1,82 @@
+"""What the sync and async clients share: request bodies, retry rules, error typing."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from decide.client.errors import APIError, error_from_response
+
+RETRIED_STATUSES = (429, 503)
+DEFAULT_RETRY_SECONDS = 1.0
+
+
+def decide_body(state: Any, questions: Mapping[str, Any], model: str | None,
+                priority: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"state": state, "questions": dict(questions)}
+    if model is not None:
+        body["model"] = model
+    if priority != "foreground":
+        body["x_priority"] = priority
+    return body
+
+
+def job_body(state: Any, questions: Mapping[str, Any], model: str | None, priority: str,
+             metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"state": state, "questions": dict(questions), "priority": priority}
+    if model is not None:
+        body["model"] = model
+    if metadata is not None:
+        body["metadata"] = dict(metadata)
+    return body
+
+
+def batch_body(questions: Mapping[str, Any], items: Iterable[Any], model: str | None,
+               priority: str, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Items are ``{"custom_id", "state"}`` objects or ``(custom_id, state)`` pairs."""
+    listed = [item if isinstance(item, Mapping) else {"custom_id": item[0], "state": item[1]}
+              for item in items]
+    body: dict[str, Any] = {"questions": dict(questions), "items": [dict(i) for i in listed],
+                            "priority": priority}
+    if model is not None:
+        body["model"] = model
+    if metadata is not None:
+        body["metadata"] = dict(metadata)
+    return body
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """``Retry-After`` as seconds (a number or an HTTP date)."""
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, moment.timestamp() - time.time())
+
+
+def next_delay(status: int, retry_after: float | None, deadline: float) -> float | None:
+    """Seconds to wait before retrying, or None when the answer stands (not retried, or the
+    wait would run past the deadline)."""
+    if status not in RETRIED_STATUSES:
+        return None
+    delay = DEFAULT_RETRY_SECONDS if retry_after is None else retry_after
+    return delay if time.monotonic() + delay < deadline else None
+
+
+def checked(status: int, body: Any, headers: Mapping[str, str]) -> Any:
+    """The body of a successful answer; the typed error otherwise."""
+    if status < 400:
+        return body
+    raise error_from_response(status, body, retry_after_seconds(headers.get("retry-after")))
+
+
+def not_json(status: int, text: str) -> APIError:
+    return APIError(f"HTTP {status}: the answer is not JSON: {text[:200]}", status=status)

@@ -1,0 +1,146 @@
+"""``Client``: the decision service from synchronous Python."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import httpx
+
+from decide.client import calls
+from decide.client.answers import Decision, parse_decision
+from decide.client.errors import DecisionTimeoutError, JobFailedError
+from decide.client.records import Batch, BatchResult, Job, batch_result
+
+LONG_POLL_SECONDS = 60.0
+
+
+class Client:
+    """``Client(base_url, api_key=None, timeout=120)``: every call (retries included) ends
+    within ``timeout`` seconds; 503 and 429 are retried after their ``Retry-After``."""
+
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", api_key: str | None = None,
+                 timeout: float = 120.0, transport: httpx.BaseTransport | None = None) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.timeout = timeout
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers,
+                                  timeout=timeout, transport=transport)
+        self._questions: dict[str, Mapping[str, Any]] = {}
+        self.retries = 0
+        """How many 503/429 answers this client has retried (for monitoring)."""
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, *, json_body: Any = None,
+              params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+              timeout: float | None = None) -> tuple[Any, httpx.Headers]:
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while True:
+            left = max(0.1, deadline - time.monotonic())
+            response = self._http.request(method, path, json=json_body, params=params,
+                                          headers=headers, timeout=left)
+            try:
+                body = response.json()
+            except ValueError:
+                raise calls.not_json(response.status_code, response.text) from None
+            delay = calls.next_delay(response.status_code,
+                                     calls.retry_after_seconds(
+                                         response.headers.get("retry-after")), deadline)
+            if delay is None:
+                return calls.checked(response.status_code, body, response.headers), \
+                    response.headers
+            self.retries += 1
+            time.sleep(delay)
+
+    def decide(self, state: Any, questions: Mapping[str, Mapping[str, Any]],
+               model: str | None = None, priority: str = "foreground") -> Decision:
+        """Ask and wait: one sync call. A 504 raises ``DecisionTimeoutError`` with the job id
+        to ``wait`` on."""
+        body, headers = self._call("POST", "/v1/systemone",
+                                   json_body=calls.decide_body(state, questions, model,
+                                                               priority))
+        return parse_decision(body, questions, job_id=headers.get("x-job-id"))
+
+    def submit(self, state: Any, questions: Mapping[str, Mapping[str, Any]],
+               model: str | None = None, priority: str = "background",
+               metadata: Mapping[str, Any] | None = None,
+               idempotency_key: str | None = None) -> Job:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        body, _ = self._call("POST", "/v1/jobs", headers=headers,
+                             json_body=calls.job_body(state, questions, model, priority,
+                                                      metadata))
+        job = Job.from_wire(body)
+        self._questions[job.id] = questions
+        return job
+
+    def job(self, job_id: str, wait: float | None = None) -> Job:
+        params = {"wait": min(wait, LONG_POLL_SECONDS)} if wait else None
+        body, _ = self._call("GET", f"/v1/jobs/{job_id}", params=params,
+                             timeout=(wait or 0) + self.timeout)
+        return Job.from_wire(body)
+
+    def wait(self, job_id: str, timeout: float | None = None) -> Decision:
+        """Long-poll until the job finishes; its checked decision, or ``JobFailedError``."""
+        deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
+        while True:
+            left = deadline - time.monotonic()
+            job = self.job(job_id, wait=max(0.0, min(LONG_POLL_SECONDS, left)) or None)
+            if job.finished:
+                return _decision_of(job, self._questions.get(job_id))
+            if time.monotonic() >= deadline:
+                raise DecisionTimeoutError(f"job {job_id} is still {job.status}",
+                                           job_id=job_id, error_type="timeout")
+
+    def cancel(self, job_id: str) -> Job:
+        body, _ = self._call("DELETE", f"/v1/jobs/{job_id}")
+        return Job.from_wire(body)
+
+    def batch(self, questions: Mapping[str, Mapping[str, Any]], items: Iterable[Any],
+              model: str | None = None, priority: str = "background",
+              metadata: Mapping[str, Any] | None = None) -> Batch:
+        body, _ = self._call("POST", "/v1/batches",
+                             json_body=calls.batch_body(questions, items, model, priority,
+                                                        metadata))
+        batch = Batch.from_wire(body)
+        self._questions[batch.id] = questions
+        return batch
+
+    def get_batch(self, batch_id: str) -> Batch:
+        body, _ = self._call("GET", f"/v1/batches/{batch_id}")
+        return Batch.from_wire(body)
+
+    def cancel_batch(self, batch_id: str) -> Batch:
+        body, _ = self._call("POST", f"/v1/batches/{batch_id}/cancel")
+        return Batch.from_wire(body)
+
+    def results(self, batch_id: str) -> Iterator[BatchResult]:
+        """The finished items, in submission order, streamed."""
+        questions = self._questions.get(batch_id)
+        with self._http.stream("GET", f"/v1/batches/{batch_id}/results") as response:
+            if response.status_code >= 400:
+                response.read()
+                calls.checked(response.status_code, response.json(), response.headers)
+            for line in response.iter_lines():
+                if line.strip():
+                    yield batch_result(json.loads(line), questions)
+
+    def models(self) -> list[dict[str, Any]]:
+        body, _ = self._call("GET", "/v1/models")
+        return body["models"]
+
+
+def _decision_of(job: Job, questions: Mapping[str, Mapping[str, Any]] | None) -> Decision:
+    if job.status == "succeeded":
+        return job.decision(questions)
+    error = job.error or {}
+    raise JobFailedError(error.get("message") or f"job {job.id} ended {job.status}",
+                         error_type=error.get("error_type", job.status), job_id=job.id)
