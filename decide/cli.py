@@ -35,29 +35,79 @@ class _InlineQuestion(argparse.Action):
         namespace.inline = inline
 
 
+def add_question_args(command: argparse.ArgumentParser, with_state: bool = True) -> None:
+    """STATE and the inline questions, shared by ``run``, ``submit`` and ``batch``."""
+    if with_state:
+        command.add_argument("state", nargs="?",
+                             help="the text to decide about (default: stdin)")
+        command.add_argument("--request", metavar="FILE|-", help="a System One request body")
+        command.add_argument("--state-json", action="store_true",
+                             help="read STATE (or stdin) as a JSON value rather than text")
+    command.add_argument("--model", help="a configured model name (default: the default)")
+    command.add_argument("--choice", nargs="+", action=_InlineQuestion, const="choice",
+                         metavar=("Q", "OPT"), help="a choice question and its options")
+    command.add_argument("--noul", nargs=1, action=_InlineQuestion, const="noul", metavar="Q",
+                         help="a yes/no question")
+    command.add_argument("--score", nargs="+", action=_InlineQuestion, const="score",
+                         metavar=("Q", "LVL"), help="a score question and its levels")
+    command.set_defaults(inline=[])
+
+
+def add_service_args(command: argparse.ArgumentParser, url_default: str | None) -> None:
+    command.add_argument("--url", default=url_default,
+                         help="a running service (default DECIDE_URL"
+                              + (" or http://127.0.0.1:8000)" if url_default else
+                                 "; none: answer in-process)"))
+    command.add_argument("--api-key", default=os.environ.get("DECIDE_API_KEY"),
+                         help="an API key (default DECIDE_API_KEY)")
+    command.add_argument("--timeout", type=float, default=600.0,
+                         help="seconds a call may take, retries included")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="decide", description=(
         "Typed questions about text or JSON, answered with probabilities from one forward "
         "pass of a GGUF model."))
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="answer questions in-process (no services needed)")
-    run.add_argument("state", nargs="?", help="the text to decide about (default: stdin)")
-    run.add_argument("--model", help="a configured model name (default: the default model)")
-    run.add_argument("--choice", nargs="+", action=_InlineQuestion, const="choice",
-                     metavar=("Q", "OPT"), help="a choice question and its options")
-    run.add_argument("--noul", nargs=1, action=_InlineQuestion, const="noul", metavar="Q",
-                     help="a yes/no question")
-    run.add_argument("--score", nargs="+", action=_InlineQuestion, const="score",
-                     metavar=("Q", "LVL"), help="a score question and its levels, lowest first")
-    run.add_argument("--request", metavar="FILE|-", help="a System One request body")
-    run.add_argument("--state-json", action="store_true",
-                     help="read STATE (or stdin) as a JSON value rather than text")
+    service_url = os.environ.get("DECIDE_URL", "http://127.0.0.1:8000")
+
+    run = commands.add_parser("run", help="answer questions in-process, or through --url")
+    add_question_args(run)
+    add_service_args(run, os.environ.get("DECIDE_URL"))
     run.add_argument("--json", action="store_true", help="print the System One response")
     run.add_argument("--rows", action="store_true",
                      help="print the rendered rows and their token counts; decode nothing")
     run.add_argument("--verbose", action="store_true",
                      help="model, token counts and timings on standard error")
-    run.set_defaults(inline=[])
+
+    submit = commands.add_parser("submit", help="submit a job to a running service")
+    add_question_args(submit)
+    add_service_args(submit, service_url)
+    submit.add_argument("--priority", choices=("foreground", "background"),
+                        default="background")
+    submit.add_argument("--metadata", help="a JSON object echoed back with the job")
+    submit.add_argument("--idempotency-key", help="the same key and body return the same job")
+
+    job = commands.add_parser("job", help="show a job of a running service")
+    job.add_argument("job_id")
+    job.add_argument("--wait", action="store_true", help="wait until the job has finished")
+    add_service_args(job, service_url)
+
+    batch = commands.add_parser("batch", help="one question set over a JSONL file of states")
+    batch.add_argument("items", metavar="FILE.jsonl",
+                       help='one {"custom_id", "state"} per line (- for stdin)')
+    add_question_args(batch, with_state=False)
+    batch.add_argument("--questions", metavar="FILE", help="a JSON object of questions")
+    batch.add_argument("--priority", choices=("foreground", "background"),
+                       default="background")
+    batch.add_argument("--no-wait", action="store_true",
+                       help="print the batch at once instead of following its progress")
+    add_service_args(batch, service_url)
+
+    results = commands.add_parser("results", help="a batch's results as NDJSON")
+    results.add_argument("batch_id")
+    add_service_args(results, service_url)
+
     commands.add_parser("models", help="list the configured models")
     serve = commands.add_parser("serve", help="start the HTTP API (embedded: with a worker)")
     serve.add_argument("--host", help="address to listen on (default DECIDE_HOST, 127.0.0.1)")
@@ -67,10 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "through PROMETHEUS_MULTIPROC_DIR)")
     commands.add_parser("migrate", help="apply the database migrations")
     status = commands.add_parser("status", help="lanes, depths, ages, throughput and workers")
-    status.add_argument("--url", default=os.environ.get("DECIDE_URL", "http://127.0.0.1:8000"),
-                        help="the service (default DECIDE_URL or http://127.0.0.1:8000)")
-    status.add_argument("--api-key", default=os.environ.get("DECIDE_API_KEY"),
-                        help="an API key (default DECIDE_API_KEY)")
+    add_service_args(status, service_url)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     worker = commands.add_parser("worker", help="a Celery worker holding one model")
     worker.add_argument("--model", help="the configured model it serves (default: the default)")
@@ -81,22 +128,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from decide.client.errors import APIError
+
     args = build_parser().parse_args(argv)
+    handlers = {"run": run_command, "serve": serve_command, "migrate": migrate_command,
+                "worker": worker_command, "status": status_command, "models": models_command,
+                "submit": submit_command, "job": job_command, "batch": batch_command,
+                "results": results_command}
     try:
-        if args.command == "run":
-            return run_command(args)
-        if args.command == "serve":
-            return serve_command(args)
-        if args.command == "migrate":
-            return migrate_command()
-        if args.command == "worker":
-            return worker_command(args)
-        if args.command == "status":
-            return status_command(args)
-        return models_command()
-    except (UsageError, DecideError, ConfigError) as error:
+        return handlers[args.command](args)
+    except (UsageError, DecideError, ConfigError, ValueError) as error:
         print(f"decide: {describe(error)}", file=sys.stderr)
-        return 1
+    except APIError as error:
+        print(f"decide: {error.error_type or 'error'}: {error.message}", file=sys.stderr)
+    except OSError as error:  # httpx's connection errors included
+        print(f"decide: {error}", file=sys.stderr)
+    return 1
 
 
 def describe(error: Exception) -> str:
@@ -169,6 +216,12 @@ def _inline_questions(inline: list[tuple[str, list[str]]]) -> dict[str, Any]:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if args.url:
+        if args.rows:
+            raise UsageError("--rows needs the model's vocabulary: run it without --url")
+        from decide.remote import remote_run
+
+        return remote_run(args, request_body(args))
     from infra.engines import load_planner
     from infra.models import load_catalog
     from infra.settings import Settings
@@ -216,7 +269,38 @@ def render_rows(engine: Any, request: DecisionRequest) -> str:
     return "\n".join(parts)
 
 
-def models_command() -> int:
+def submit_command(args: argparse.Namespace) -> int:
+    from decide.remote import submit
+
+    return submit(args, request_body(args))
+
+
+def job_command(args: argparse.Namespace) -> int:
+    from decide.remote import job
+
+    return job(args)
+
+
+def batch_command(args: argparse.Namespace) -> int:
+    from decide.remote import batch
+
+    if args.questions:
+        with open(args.questions, encoding="utf-8") as handle:
+            questions = json.load(handle)
+    elif args.inline:
+        questions = _inline_questions(args.inline)
+    else:
+        raise UsageError("no questions: give --choice, --noul, --score or --questions FILE")
+    return batch(args, questions)
+
+
+def results_command(args: argparse.Namespace) -> int:
+    from decide.remote import results
+
+    return results(args)
+
+
+def models_command(_: argparse.Namespace | None = None) -> int:
     from infra.models import load_catalog
     from infra.settings import Settings
 
@@ -253,7 +337,7 @@ def serve_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def migrate_command() -> int:
+def migrate_command(_: argparse.Namespace | None = None) -> int:
     from infra.settings import Settings
     from store.migrate import upgrade
 

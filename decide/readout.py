@@ -161,3 +161,17 @@ def answer(question: Question, row_logits: Sequence[Sequence[float]],
         return score_answer(question.levels, softmax(row_logits[0], temperature))
     fits = [softmax(logits, temperature)[1] for logits in row_logits]
     return score_answer(question.levels, normalise_fits(fits), fits)
+
+
+def answer_from_wire(wire: dict[str, Any]) -> Answer:
+    """The typed answer of a §2.2 answer object (for showing a remote answer as a local one)."""
+    if wire["type"] == "noul":
+        return NoulAnswer(noul=wire["noul"])
+    if wire["type"] == "choice":
+        return ChoiceAnswer(choice=wire["choice"], probabilities=dict(wire["probabilities"]),
+                            confidence=wire["confidence"], p_max=wire.get("x_p_max", 0.0),
+                            certainty=wire.get("x_certainty", 0.0))
+    return ScoreAnswer(score=wire["score"], confidence=wire["confidence"],
+                       legend=dict(wire["legend"]), probabilities=dict(wire["probabilities"]),
+                       p_max=wire.get("x_p_max", 0.0), certainty=wire.get("x_certainty", 0.0),
+                       level_fit=wire.get("x_level_fit"), fit_mass=wire.get("x_fit_mass"))

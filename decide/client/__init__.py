@@ -32,6 +32,7 @@ from decide.client.errors import (
     OverloadedError,
     RequestTooLargeError,
     ServerError,
+    ServiceUnreachableError,
 )
 from decide.client.records import Batch, BatchResult, Job
 from decide.client.sync import Client
@@ -40,6 +41,7 @@ __all__ = [
     "APIError", "AnswerError", "AsyncClient", "AuthenticationError", "Batch", "BatchResult",
     "ChoiceAnswer", "Client", "Decision", "DecisionTimeoutError", "InvalidRequestError", "Job",
     "JobFailedError", "MisbehavingServerError", "NotFoundError", "NoulAnswer",
-    "OverloadedError", "RequestTooLargeError", "ScoreAnswer", "ServerError", "Usage",
+    "OverloadedError", "RequestTooLargeError", "ScoreAnswer", "ServerError",
+    "ServiceUnreachableError", "Usage",
     "near_uniform", "parse_decision",
 ]

@@ -12,7 +12,7 @@ import httpx
 
 from decide.client import calls
 from decide.client.answers import Decision, parse_decision
-from decide.client.errors import DecisionTimeoutError
+from decide.client.errors import DecisionTimeoutError, ServiceUnreachableError
 from decide.client.records import Batch, BatchResult, Job, batch_result
 from decide.client.sync import LONG_POLL_SECONDS, _decision_of
 
@@ -44,8 +44,12 @@ class AsyncClient:
         deadline = time.monotonic() + (timeout or self.timeout)
         while True:
             left = max(0.1, deadline - time.monotonic())
-            response = await self._http.request(method, path, json=json_body, params=params,
-                                                headers=headers, timeout=left)
+            try:
+                response = await self._http.request(method, path, json=json_body, params=params,
+                                                    headers=headers, timeout=left)
+            except httpx.TransportError as error:
+                raise ServiceUnreachableError(
+                    f"cannot reach {self._http.base_url}: {error}") from error
             try:
                 body = response.json()
             except ValueError:
@@ -115,10 +119,14 @@ class AsyncClient:
 
     async def results(self, batch_id: str) -> AsyncIterator[BatchResult]:
         questions = self._questions.get(batch_id)
-        async with self._http.stream("GET", f"/v1/batches/{batch_id}/results") as response:
-            if response.status_code >= 400:
-                await response.aread()
-                calls.checked(response.status_code, response.json(), response.headers)
-            async for line in response.aiter_lines():
-                if line.strip():
-                    yield batch_result(json.loads(line), questions)
+        try:
+            async with self._http.stream("GET", f"/v1/batches/{batch_id}/results") as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    calls.checked(response.status_code, response.json(), response.headers)
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        yield batch_result(json.loads(line), questions)
+        except httpx.TransportError as error:
+            raise ServiceUnreachableError(
+                f"cannot reach {self._http.base_url}: {error}") from error

@@ -56,6 +56,10 @@ class JobFailedError(APIError):
     """The job ended failed, cancelled or expired instead of answering."""
 
 
+class ServiceUnreachableError(APIError):
+    """No HTTP answer at all: the service is down, or the address is wrong."""
+
+
 class MisbehavingServerError(APIError):
     """The response breaks the contract (a missing answer, a wrong type, an option never
     offered, a probability outside [0, 1]); it is refused rather than passed on."""

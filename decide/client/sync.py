@@ -11,7 +11,7 @@ import httpx
 
 from decide.client import calls
 from decide.client.answers import Decision, parse_decision
-from decide.client.errors import DecisionTimeoutError, JobFailedError
+from decide.client.errors import DecisionTimeoutError, JobFailedError, ServiceUnreachableError
 from decide.client.records import Batch, BatchResult, Job, batch_result
 
 LONG_POLL_SECONDS = 60.0
@@ -46,8 +46,12 @@ class Client:
         deadline = time.monotonic() + (timeout or self.timeout)
         while True:
             left = max(0.1, deadline - time.monotonic())
-            response = self._http.request(method, path, json=json_body, params=params,
-                                          headers=headers, timeout=left)
+            try:
+                response = self._http.request(method, path, json=json_body, params=params,
+                                              headers=headers, timeout=left)
+            except httpx.TransportError as error:
+                raise ServiceUnreachableError(
+                    f"cannot reach {self._http.base_url}: {error}") from error
             try:
                 body = response.json()
             except ValueError:
@@ -125,13 +129,17 @@ class Client:
     def results(self, batch_id: str) -> Iterator[BatchResult]:
         """The finished items, in submission order, streamed."""
         questions = self._questions.get(batch_id)
-        with self._http.stream("GET", f"/v1/batches/{batch_id}/results") as response:
-            if response.status_code >= 400:
-                response.read()
-                calls.checked(response.status_code, response.json(), response.headers)
-            for line in response.iter_lines():
-                if line.strip():
-                    yield batch_result(json.loads(line), questions)
+        try:
+            with self._http.stream("GET", f"/v1/batches/{batch_id}/results") as response:
+                if response.status_code >= 400:
+                    response.read()
+                    calls.checked(response.status_code, response.json(), response.headers)
+                for line in response.iter_lines():
+                    if line.strip():
+                        yield batch_result(json.loads(line), questions)
+        except httpx.TransportError as error:
+            raise ServiceUnreachableError(
+                f"cannot reach {self._http.base_url}: {error}") from error
 
     def models(self) -> list[dict[str, Any]]:
         body, _ = self._call("GET", "/v1/models")

@@ -1,0 +1,121 @@
+"""The command line through a running service (``decide.client``): ``run --url``, ``submit``,
+``job``, ``batch`` and ``results``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from typing import Any
+
+from decide.display import render_decision
+from decide.protocol import parse_request
+from decide.readout import answer_from_wire
+
+PROGRESS_WIDTH = 30
+
+
+def client_for(args: argparse.Namespace) -> Any:
+    from decide.client import Client
+
+    return Client(args.url, api_key=args.api_key, timeout=args.timeout)
+
+
+def remote_run(args: argparse.Namespace, body: dict[str, Any]) -> int:
+    """``decide run --url``: the same output as in-process."""
+    request = parse_request(body)  # the same validation, and the questions for display
+    started = time.perf_counter()
+    with client_for(args) as client:
+        decision = client.decide(body["state"], body["questions"], model=body.get("model"))
+    wire = {key: decision.raw[key] for key in ("model", "answers", "usage")}
+    if args.json:
+        print(json.dumps(wire, ensure_ascii=False, indent=2))
+    else:
+        answers = {key: answer_from_wire(value) for key, value in wire["answers"].items()}
+        print(render_decision(request.questions, answers), end="")
+    if args.verbose:
+        timings = decision.raw.get("x_timings", {})
+        shown = ", ".join(f"{key.removesuffix('_ms')} {value:.1f} ms"
+                          for key, value in timings.items())
+        print(f"model {decision.model} ({args.url}, job {decision.job_id}); input tokens "
+              f"{decision.usage.input_tokens}; round trip "
+              f"{(time.perf_counter() - started) * 1000:.1f} ms; {shown}", file=sys.stderr)
+    return 0
+
+
+def submit(args: argparse.Namespace, body: dict[str, Any]) -> int:
+    parse_request(body)
+    metadata = json.loads(args.metadata) if args.metadata else None
+    with client_for(args) as client:
+        job = client.submit(body["state"], body["questions"], model=body.get("model"),
+                            priority=args.priority, metadata=metadata,
+                            idempotency_key=args.idempotency_key)
+    print(json.dumps(asdict(job), ensure_ascii=False, indent=2))
+    return 0
+
+
+def job(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        found = client.job(args.job_id)
+        deadline = time.monotonic() + args.timeout
+        while args.wait and not found.finished and time.monotonic() < deadline:
+            found = client.job(args.job_id, wait=min(60.0, deadline - time.monotonic()))
+    print(json.dumps(asdict(found), ensure_ascii=False, indent=2))
+    return 0
+
+
+def read_items(path: str) -> list[dict[str, Any]]:
+    """JSON Lines of ``{"custom_id", "state"}``; ``-`` reads standard input."""
+    handle = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    try:
+        items = []
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                items.append(json.loads(line))
+            except ValueError as error:
+                raise ValueError(f"{path}:{number}: not valid JSON: {error}") from error
+        return items
+    finally:
+        if handle is not sys.stdin:
+            handle.close()
+
+
+def progress_line(done: int, total: int, counts: dict[str, int]) -> str:
+    filled = PROGRESS_WIDTH * done // max(total, 1)
+    return (f"\r[{'#' * filled}{'.' * (PROGRESS_WIDTH - filled)}] {done}/{total}  "
+            f"succeeded {counts.get('succeeded', 0)}  failed {counts.get('failed', 0)}  "
+            f"cancelled {counts.get('cancelled', 0)}")
+
+
+def batch(args: argparse.Namespace, questions: dict[str, Any]) -> int:
+    items = read_items(args.items)
+    with client_for(args) as client:
+        created = client.batch(questions, items, model=args.model, priority=args.priority)
+        current = created
+        while not args.no_wait and not current.done:
+            print(progress_line(current.finished_items, current.request_counts["total"],
+                                current.request_counts), end="", file=sys.stderr, flush=True)
+            time.sleep(0.5)
+            current = client.get_batch(created.id)
+        if not args.no_wait:
+            print(progress_line(current.finished_items, current.request_counts["total"],
+                                current.request_counts), file=sys.stderr)
+    print(json.dumps(asdict(current), ensure_ascii=False, indent=2))
+    return 0
+
+
+def results(args: argparse.Namespace) -> int:
+    with client_for(args) as client:
+        for result in client.results(args.batch_id):
+            line: dict[str, Any] = {"custom_id": result.custom_id, "status": result.status}
+            if result.decision is not None:
+                line["result"] = {key: result.decision.raw[key]
+                                  for key in ("model", "answers", "usage")}
+            else:
+                line["error"] = result.error
+            print(json.dumps(line, ensure_ascii=False))
+    return 0

@@ -1,0 +1,68 @@
+"""The command line through a running service: the same answers as in-process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.model.test_cli import SEED_ARGS, decide
+
+pytestmark = pytest.mark.model
+
+
+def test_run_through_the_service_prints_what_in_process_prints(open_server):
+    for extra in ((), ("--json",)):
+        local = decide("run", *SEED_ARGS, *extra)
+        remote = decide("run", *SEED_ARGS, *extra, "--url", open_server.url)
+        assert remote.returncode == 0, remote.stderr
+        assert remote.stdout == local.stdout
+    verbose = decide("run", *SEED_ARGS, "--url", open_server.url, "--verbose")
+    assert "job job_" in verbose.stderr and "round trip" in verbose.stderr
+
+
+def test_remote_errors_are_one_line(open_server):
+    refused = decide("run", "t", "--noul", "ok?", "--model", "nope", "--url", open_server.url)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("decide: not_found_error: unknown model 'nope'")
+    unreachable = decide("run", "t", "--noul", "ok?", "--url", "http://127.0.0.1:9")
+    assert unreachable.returncode == 1 and unreachable.stderr.count("\n") == 1
+
+
+def test_submit_then_job_wait(open_server):
+    submitted = decide("submit", "Charged twice", "--noul", "Refund?", "--metadata",
+                       '{"ticket": 7}', "--url", open_server.url)
+    assert submitted.returncode == 0, submitted.stderr
+    job = json.loads(submitted.stdout)
+    assert job["priority"] == "background" and job["metadata"] == {"ticket": 7}
+    waited = decide("job", job["id"], "--wait", "--url", open_server.url)
+    finished = json.loads(waited.stdout)
+    assert finished["status"] == "succeeded"
+    assert 0 <= finished["result"]["answers"]["q1"]["noul"] <= 1
+
+
+def test_batch_with_progress_then_results(open_server, tmp_path):
+    items = tmp_path / "tickets.jsonl"
+    items.write_text("".join(json.dumps({"custom_id": f"t{i}", "state": f"ticket {i}"}) + "\n"
+                             for i in range(12)))
+    ran = decide("batch", str(items), "--noul", "Refund?", "--url", open_server.url)
+    assert ran.returncode == 0, ran.stderr
+    assert "[" in ran.stderr and "12/12" in ran.stderr and "succeeded 12" in ran.stderr
+    batch = json.loads(ran.stdout)
+    assert batch["status"] == "completed"
+    results = decide("results", batch["id"], "--url", open_server.url)
+    lines = [json.loads(line) for line in results.stdout.splitlines()]
+    assert [line["custom_id"] for line in lines] == [f"t{i}" for i in range(12)]
+    assert all("noul" in line["result"]["answers"]["q1"] for line in lines)
+
+
+def test_status_shows_lanes_and_workers(open_server):
+    shown = decide("status", "--url", open_server.url)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].split() == ["model", "workers", "lane", "queued", "running", "oldest",
+                                "jobs/min", "tokens/s"]
+    assert lines[1].startswith("gemma-3-270m *") and "foreground" in lines[1]
+    assert "background" in lines[2]
+    raw = json.loads(decide("status", "--json", "--url", open_server.url).stdout)
+    assert raw["models"][0]["workers"] == 1
