@@ -7,6 +7,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import httpx
+
 from decide.client.errors import APIError, error_from_response
 
 RETRIED_STATUSES = (429, 503)
@@ -78,5 +80,15 @@ def checked(status: int, body: Any, headers: Mapping[str, str]) -> Any:
     raise error_from_response(status, body, retry_after_seconds(headers.get("retry-after")))
 
 
-def not_json(status: int, text: str) -> APIError:
-    return APIError(f"HTTP {status}: the answer is not JSON: {text[:200]}", status=status)
+def outcome(response: httpx.Response, deadline: float) -> tuple[Any, httpx.Headers] | float:
+    """The checked body and headers of an answer, or the seconds to wait before retrying."""
+    try:
+        body = response.json()
+    except ValueError:
+        raise APIError(f"HTTP {response.status_code}: the answer is not JSON: "
+                       f"{response.text[:200]}", status=response.status_code) from None
+    retry_after = retry_after_seconds(response.headers.get("retry-after"))
+    delay = next_delay(response.status_code, retry_after, deadline)
+    if delay is None:
+        return checked(response.status_code, body, response.headers), response.headers
+    return delay

@@ -52,18 +52,11 @@ class Client:
             except httpx.TransportError as error:
                 raise ServiceUnreachableError(
                     f"cannot reach {self._http.base_url}: {error}") from error
-            try:
-                body = response.json()
-            except ValueError:
-                raise calls.not_json(response.status_code, response.text) from None
-            delay = calls.next_delay(response.status_code,
-                                     calls.retry_after_seconds(
-                                         response.headers.get("retry-after")), deadline)
-            if delay is None:
-                return calls.checked(response.status_code, body, response.headers), \
-                    response.headers
+            result = calls.outcome(response, deadline)
+            if not isinstance(result, float):
+                return result
             self.retries += 1
-            time.sleep(delay)
+            time.sleep(result)
 
     def decide(self, state: Any, questions: Mapping[str, Mapping[str, Any]],
                model: str | None = None, priority: str = "foreground") -> Decision:

@@ -1,0 +1,44 @@
+"""What both front doors are built from: the context of the API and its shutdown."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from sqlalchemy import Engine as Database
+
+from api.app import create_app
+from api.auth import Authenticator
+from api.context import ApiContext
+from infra.engines import load_planner
+from infra.events import JobEvents
+from infra.metrics import Exposition, StoreCollector
+from infra.models import Catalog
+from infra.queue import JobQueue
+from infra.settings import Settings
+
+
+def api_context(settings: Settings, db: Database, catalog: Catalog, queue: JobQueue,
+                events: JobEvents) -> ApiContext:
+    """Every model's vocabulary (for the limits), the keys and the metrics, around a transport."""
+    planners = {name: load_planner(config, settings).engine
+                for name, config in catalog.models.items()}
+    return ApiContext(settings=settings, db=db, catalog=catalog, planners=planners,
+                      queue=queue, events=events, auth=Authenticator(settings.key_list),
+                      metrics=Exposition(StoreCollector(db, list(catalog.models))))
+
+
+def app_for(context: ApiContext, on_shutdown: Callable[[], None]) -> FastAPI:
+    """The app; on shutdown its metrics collector goes, ``on_shutdown`` runs, the pool closes."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        context.metrics.close()
+        on_shutdown()
+        context.db.dispose()
+
+    app = create_app(context)
+    app.router.lifespan_context = lifespan
+    return app
