@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -26,6 +27,20 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def await_ready(url: str, seconds: float = 120, gone: Callable[[], bool] = lambda: False
+                ) -> bool:
+    """Poll ``url``/ready until it answers 200 (True), or time runs out or ``gone()`` (False)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not gone():
+        try:
+            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    return False
 
 
 class LocalCluster:
@@ -67,15 +82,8 @@ class LocalCluster:
         self.wait_ready()
 
     def wait_ready(self, seconds: float = 120) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError("the local cluster never became ready:\n" + self.logs())
+        if not await_ready(self.url, seconds):
+            raise RuntimeError("the local cluster never became ready:\n" + self.logs())
 
     def logs(self) -> str:
         return "\n".join(f"--- {path.name}\n{path.read_text()[-3000:]}"

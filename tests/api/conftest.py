@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from launch.local import free_port
+from launch.local import await_ready, free_port
 
 KEYS = ("key-alpha", "key-beta")
 
@@ -32,17 +31,8 @@ class Server:
         self._wait_ready()
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"decide serve exited:\n{self.log.read_text()}")
-            try:
-                if httpx.get(f"{self.url}/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"decide serve never became ready:\n{self.log.read_text()}")
+        if not await_ready(self.url, 120, gone=lambda: self._process.poll() is not None):
+            raise RuntimeError(f"decide serve never became ready:\n{self.log.read_text()}")
 
     def client(self, key: str | None = None, timeout: float = 120) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
