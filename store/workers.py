@@ -77,7 +77,10 @@ class Heartbeat:
             self._stopping.wait(HEARTBEAT_SECONDS)
 
     def stop(self) -> None:
+        """Stop beating, then leave: joined first, so no last beat lands after the leave."""
         self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
         try:
             leave(self._db, self._fields["worker_id"])
         except Exception:
