@@ -108,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("batch_id")
     add_service_args(results, service_url)
 
+    evaluation = commands.add_parser("eval", help="the labeled evaluation set: accuracy, "
+                                                  "Brier, ECE, reliability, position bias")
+    evaluation.add_argument("--model", help="a configured model (default: the default)")
+    evaluation.add_argument("--set", help="a JSONL set (default: the project's own)")
+    evaluation.add_argument("--limit", type=int, help="only the first N items")
+    evaluation.add_argument("--json", action="store_true", help="print the figures as JSON")
+    add_service_args(evaluation, os.environ.get("DECIDE_URL"))
     commands.add_parser("models", help="list the configured models")
     serve = commands.add_parser("serve", help="start the HTTP API (embedded: with a worker)")
     serve.add_argument("--host", help="address to listen on (default DECIDE_HOST, 127.0.0.1)")
@@ -134,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"run": run_command, "serve": serve_command, "migrate": migrate_command,
                 "worker": worker_command, "status": status_command, "models": models_command,
                 "submit": submit_command, "job": job_command, "batch": batch_command,
-                "results": results_command}
+                "results": results_command, "eval": eval_command}
     try:
         return handlers[args.command](args)
     except (UsageError, DecideError, ConfigError, ValueError) as error:
@@ -375,4 +382,48 @@ def status_command(args: argparse.Namespace) -> int:
     report = response.json()
     print(json.dumps(report, indent=2) if args.json else render_status(report), end="\n"
           if args.json else "")
+    return 0
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from quality.evaluate import evaluate, load_set, render
+
+    items = load_set(Path(args.set) if args.set else None)[:args.limit]
+
+    def progress(done: int, total: int) -> None:
+        print(f"\r{done}/{total}", end="" if done < total else "\n", file=sys.stderr,
+              flush=True)
+
+    if args.url:
+        from decide.client import Client
+
+        with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
+            def ask(state: Any, question: dict[str, Any]) -> dict[str, Any]:
+                return client.decide(state, {"q": question}, model=args.model).raw[
+                    "answers"]["q"]
+
+            report = evaluate(items, ask, progress)
+        model = args.model or "the service's default"
+    else:
+        from infra.models import load_catalog
+        from infra.settings import Settings
+        from worker.loading import load_decoding_engine
+
+        settings = Settings()
+        config = load_catalog(settings).get(args.model)
+        loaded = load_decoding_engine(config, settings)
+        try:
+            def ask(state: Any, question: dict[str, Any]) -> dict[str, Any]:
+                request = parse_request({"state": state, "questions": {"q": question}})
+                return loaded.engine.decide(request).to_wire()["answers"]["q"]
+
+            report = evaluate(items, ask, progress)
+        finally:
+            loaded.close()
+        model = config.name
+    summary = report.summary()
+    print(json.dumps(summary, indent=2) if args.json else render(summary, model), end=""
+          if not args.json else "\n")
     return 0

@@ -1,0 +1,134 @@
+"""``decide eval``: the labeled set through any configured model, in-process or through the API.
+
+Each item is asked alone; every choice item is asked again with its options rotated by one
+place, to see whether the pick follows the option or the position.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from quality.metrics import (
+    Scored,
+    accuracy,
+    brier,
+    ece,
+    position_shares,
+    reliability,
+    rotation_survival,
+    worst_position_ratio,
+)
+
+DEFAULT_SET = Path(__file__).with_name("decisions.jsonl")
+Ask = Callable[[Any, dict[str, Any]], dict[str, Any]]
+"""(state, question) → the §2.2 answer object."""
+
+
+def load_set(path: Path | None = None) -> list[dict[str, Any]]:
+    with (path or DEFAULT_SET).open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def options_of(question: dict[str, Any]) -> list[str]:
+    if question["type"] == "choice":
+        return list(question["criteria"])
+    if question["type"] == "noul":
+        return ["no", "yes"]
+    return [str(level) for level in range(len(question["criteria"]))]
+
+
+def gold_index(item: dict[str, Any]) -> int:
+    question, gold = item["question"], item["gold"]
+    if question["type"] == "choice":
+        return options_of(question).index(gold)
+    if question["type"] == "noul":
+        return int(bool(gold))
+    return int(gold)
+
+
+def probabilities_of(answer: dict[str, Any], options: list[str]) -> tuple[float, ...]:
+    if answer["type"] == "noul":
+        return (1 - answer["noul"], answer["noul"])
+    return tuple(float(answer["probabilities"][option]) for option in options)
+
+
+def rotated(question: dict[str, Any]) -> dict[str, Any]:
+    """The same choice question with its options shown one place later."""
+    items = list(question["criteria"].items())
+    return {**question, "criteria": dict(items[-1:] + items[:-1])}
+
+
+def score(item: dict[str, Any], question: dict[str, Any], answer: dict[str, Any]) -> Scored:
+    options = options_of(question)
+    gold = item["gold"] if question["type"] == "choice" else None
+    return Scored(item_id=item["id"], domain=item["domain"], options=tuple(options),
+                  probabilities=probabilities_of(answer, options),
+                  gold=options.index(gold) if gold is not None else gold_index(item))
+
+
+@dataclass
+class Report:
+    scored: list[Scored]
+    pairs: list[tuple[Scored, Scored]]
+
+    @property
+    def choices(self) -> list[Scored]:
+        """The choice items as first asked (position bias is about their option order)."""
+        return [first for first, _ in self.pairs]
+
+    def summary(self) -> dict[str, Any]:
+        domains = sorted({item.domain for item in self.scored})
+        return {
+            "items": len(self.scored), "accuracy": round(accuracy(self.scored), 4),
+            "brier": round(brier(self.scored), 4), "ece": round(ece(self.scored), 4),
+            "by_domain": {domain: round(accuracy([i for i in self.scored
+                                                  if i.domain == domain]), 4)
+                          for domain in domains},
+            "position_shares": {str(n): {str(p): round(share, 4) for p, share in table.items()}
+                                for n, table in position_shares(self.choices).items()},
+            "worst_position_ratio": round(worst_position_ratio(self.choices), 4),
+            "rotation_survival": round(rotation_survival(self.pairs), 4),
+            "reliability": [{"bin": f"{b.low:.1f}-{b.high:.1f}", "count": b.count,
+                             "confidence": round(b.confidence, 4),
+                             "accuracy": round(b.accuracy, 4)}
+                            for b in reliability(self.scored)],
+        }
+
+
+def evaluate(items: list[dict[str, Any]], ask: Ask,
+             progress: Callable[[int, int], None] | None = None) -> Report:
+    scored, pairs = [], []
+    for number, item in enumerate(items, start=1):
+        question = item["question"]
+        first = score(item, question, ask(item["state"], question))
+        scored.append(first)
+        if question["type"] == "choice":
+            turned = rotated(question)
+            pairs.append((first, score(item, turned, ask(item["state"], turned))))
+        if progress is not None:
+            progress(number, len(items))
+    return Report(scored=scored, pairs=pairs)
+
+
+def render(summary: dict[str, Any], model: str) -> str:
+    lines = [f"model {model}: {summary['items']} decisions",
+             f"  accuracy {summary['accuracy']:.3f}   brier {summary['brier']:.3f}   "
+             f"ECE {summary['ece']:.3f}",
+             "  accuracy by domain: " + ", ".join(f"{domain} {value:.2f}" for domain, value
+                                                  in summary["by_domain"].items()),
+             f"  position bias: worst position picked {summary['worst_position_ratio']:.2f}x "
+             f"its fair share; picks surviving a rotation {summary['rotation_survival']:.2f}"]
+    for n, table in summary["position_shares"].items():
+        lines.append(f"    {n} options: " + "  ".join(f"#{int(p) + 1} {share:.2f}"
+                                                      for p, share in table.items()))
+    lines.append("  reliability (confidence of the pick):")
+    lines.append("    bin       count  confidence  accuracy")
+    for row in summary["reliability"]:
+        if row["count"]:
+            lines.append(f"    {row['bin']}  {row['count']:>5}  {row['confidence']:>10.3f}  "
+                         f"{row['accuracy']:>8.3f}")
+    return "\n".join(lines) + "\n"
