@@ -23,15 +23,19 @@ log = logging.getLogger("decide.broker")
 
 
 def make_celery(broker_url: str) -> Celery:
-    """One Celery app for senders and workers: late acks, one message at a time, and queues
-    polled strictly in the order given (foreground before background)."""
+    """One Celery app for senders and workers: one message at a time, and queues polled
+    strictly in the order given (foreground before background).
+
+    Redis forgets a message as soon as a worker takes it (no ack emulation: no unacked hash
+    to write and clear around every task). What a dying worker held is not lost: its job is
+    still queued or running in PostgreSQL, and ``worker.delivery`` sends it again."""
     app = Celery("decide", broker=broker_url)
     app.conf.update(
         task_serializer="json", accept_content=["json"], task_ignore_result=True,
         task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
         broker_connection_retry_on_startup=True, worker_hijack_root_logger=False,
         broker_transport_options={"queue_order_strategy": "priority",
-                                  "visibility_timeout": 3600},
+                                  "ack_emulation": False},
         task_create_missing_queues=True,
     )
     return app
