@@ -1,6 +1,6 @@
 """``decide worker --model NAME``: a Celery worker that holds one loaded model.
 
-One process, solo pool, one message in hand (prefetch 1, late acks), queues polled strictly
+One process, solo pool, one message in hand (prefetch 1), queues polled strictly
 foreground first. The model is loaded once, before the worker takes anything; a heartbeat
 thread says the worker is alive; a delivery thread keeps the lanes fed from the database.
 """
