@@ -156,7 +156,9 @@ def claim_job(db: Engine, job_id: str, worker_id: str | None = None) -> JobRecor
     """queued → running, once: None when the job is gone, taken or finished already.
 
     ``decode_runs`` counts the claims, so every decode execution is on record."""
-    with db.begin() as connection:
+    # one statement, atomic on its own: autocommit spares the BEGIN and COMMIT round trips
+    with db.connect() as connection:
+        connection = connection.execution_options(isolation_level="AUTOCOMMIT")
         row = connection.execute(
             update(jobs).where(jobs.c.id == job_id, jobs.c.status == QUEUED)
             .values(status=RUNNING, started_at=time.time(), worker_id=worker_id,
