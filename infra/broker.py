@@ -69,9 +69,6 @@ class Broker:
             return None
         return json.loads(raw)["headers"]["id"]
 
-    def lane_length(self, model: str, priority: str) -> int:
-        return int(self.redis.llen(lane(model, priority)))
-
     def lane_lengths(self, models: list[str]) -> dict[tuple[str, str], int]:
         pipe = self.redis.pipeline()
         keys = [(model, priority) for model in models for priority in LANES]

@@ -313,11 +313,3 @@ def purge_finished_before(db: Engine, cutoff: float) -> int:
             batches.c.created_at < cutoff,
             ~select(jobs.c.id).where(jobs.c.batch_id == batches.c.id).exists()))
     return purged
-
-
-def count_jobs(db: Engine, **equal: Any) -> int:
-    query = select(func.count()).select_from(jobs)
-    for key, value in equal.items():
-        query = query.where(jobs.c[key] == value)
-    with db.connect() as connection:
-        return int(connection.execute(query).scalar() or 0)
