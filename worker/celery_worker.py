@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import time
 
@@ -28,6 +29,10 @@ from worker.loading import load_decoding_engine
 log = logging.getLogger("decide.worker")
 FOREGROUND_LOOK_SECONDS = 0.02
 """How often a background job looks for waiting foreground work between its rows."""
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def run_worker(settings: Settings, model_name: str | None, metrics_port: int | None) -> None:
@@ -76,11 +81,14 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
 
     heartbeat = Heartbeat(db, worker_id=worker_id, model=config.name,
                           metrics_port=metrics_port)
-    heartbeat.start()
     delivery = Delivery(db=db, broker=broker, models=list(catalog.models),
                         retention_days=settings.retention_days)
-    delivery.start()
+    # Until Celery installs its own handlers, a SIGTERM must still unwind through `finally`,
+    # so a worker stopped while starting leaves at once instead of looking alive for 10 s.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
+        heartbeat.start()
+        delivery.start()
         broker.celery.worker_main([
             "worker", "--pool=solo", "--concurrency=1", "--prefetch-multiplier=1",
             f"--queues={','.join(lanes_of(config.name))}",
