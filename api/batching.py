@@ -100,7 +100,8 @@ def _check_items(engine: Engine, template: DecisionRequest,
                  items: list[tuple[str, Any]]) -> None:
     plan = engine.plan(template)
     longest_suffix = max(len(row.suffix) for row in plan.rows)
-    suffix_total = sum(len(row.suffix) for row in plan.rows)
+    suffix_total = sum(len(row.suffix) for row in plan.rows) + sum(
+        len(plan.prior_prefix) + len(row.suffix) for row in plan.prior_rows)
     row_limit = min(engine.limits.max_row_tokens, engine.context_window)
     rows = len(plan.rows)
     for custom_id, state in items:

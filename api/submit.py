@@ -59,11 +59,11 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
     request = parse_request(body)
     config = ctx.model(request.model)
     plan = ctx.planners[config.name].plan(request)
-    check_lane(ctx, config.name, priority, len(plan.rows))
+    check_lane(ctx, config.name, priority, plan.row_total)
     try:
         job, created = jobs.create_job(
             ctx.db, owner=owner, model=config.name, priority=priority, request=body,
-            metadata=metadata, rows=len(plan.rows), input_tokens=plan.input_tokens,
+            metadata=metadata, rows=plan.row_total, input_tokens=plan.input_tokens,
             idempotency_key=idempotency_key,
             request_hash=request_hash(body, priority, metadata))
     except jobs.IdempotencyConflict as conflict:

@@ -115,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--limit", type=int, help="only the first N items")
     evaluation.add_argument("--json", action="store_true", help="print the figures as JSON")
     add_service_args(evaluation, os.environ.get("DECIDE_URL"))
+    calibrate = commands.add_parser(
+        "calibrate", help="fit per-type temperatures on labeled examples into a model's profile")
+    calibrate.add_argument("--examples", required=True,
+                           help="a JSONL file of labeled examples (quality/calibration.jsonl "
+                                "shows the format)")
+    calibrate.add_argument("--model", help="a configured model (default: the default)")
+    calibrate.add_argument("--dry-run", action="store_true",
+                           help="print the fit and the tiers; leave the profile as it is")
     commands.add_parser("models", help="list the configured models")
     serve = commands.add_parser("serve", help="start the HTTP API (embedded: with a worker)")
     serve.add_argument("--host", help="address to listen on (default DECIDE_HOST, 127.0.0.1)")
@@ -141,7 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"run": run_command, "serve": serve_command, "migrate": migrate_command,
                 "worker": worker_command, "status": status_command, "models": models_command,
                 "submit": submit_command, "job": job_command, "batch": batch_command,
-                "results": results_command, "eval": eval_command}
+                "results": results_command, "eval": eval_command,
+                "calibrate": calibrate_command}
     try:
         return handlers[args.command](args)
     except (UsageError, DecideError, ConfigError, ValueError) as error:
@@ -268,11 +277,15 @@ def render_rows(engine: Any, request: DecisionRequest) -> str:
     parts = []
     for row in plan.rows:
         level = "" if row.level is None else f", level {row.level}"
-        parts.append(f"=== {row.question_id}{level}: {plan.row_tokens(row)} tokens "
+        option = "" if row.option is None else f", option {row.option + 1}"
+        parts.append(f"=== {row.question_id}{level}{option}: {plan.row_tokens(row)} tokens "
                      f"({len(plan.prefix)} state + {len(row.suffix)} question) ===\n"
                      f"{plan.row_text(row)}\n")
-    parts.append(f"=== {len(plan.rows)} rows; the model reads {plan.input_tokens} tokens "
-                 "(the state once) ===\n")
+    if plan.prior_rows:
+        parts.append(f"=== and each option row again over the content-free state "
+                     f"({len(plan.prior_prefix)} tokens) for its prior ===\n")
+    parts.append(f"=== {plan.row_total} rows; the model reads {plan.input_tokens} tokens "
+                 "(each state once) ===\n")
     return "\n".join(parts)
 
 
@@ -391,11 +404,7 @@ def eval_command(args: argparse.Namespace) -> int:
     from quality.evaluate import evaluate, load_set, render
 
     items = load_set(Path(args.set) if args.set else None)[:args.limit]
-
-    def progress(done: int, total: int) -> None:
-        print(f"\r{done}/{total}", end="" if done < total else "\n", file=sys.stderr,
-              flush=True)
-
+    progress = _progress
     if args.url:
         from decide.client import Client
 
@@ -427,3 +436,40 @@ def eval_command(args: argparse.Namespace) -> int:
     print(json.dumps(summary, indent=2) if args.json else render(summary, model), end=""
           if not args.json else "\n")
     return 0
+
+
+def calibrate_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from infra.models import base_profile, load_catalog, profile_path
+    from infra.settings import Settings
+    from quality.calibrate import fit_temperatures, read_examples, report, with_temperature
+    from quality.evaluate import load_set
+    from worker.loading import load_decoding_engine
+
+    items = load_set(Path(args.examples))
+    settings = Settings()
+    config = load_catalog(settings).get(args.model)
+    loaded = load_decoding_engine(config, settings)
+    try:
+        examples = read_examples(items, loaded.engine.read, _progress)
+    finally:
+        loaded.close()
+    before = loaded.engine.profile
+    fitted = fit_temperatures(examples, before)
+    after = before
+    for question_type, temperature in fitted.items():
+        after = with_temperature(after, question_type, temperature)
+    print(report(config.name, examples, before, after, fitted), end="")
+    if args.dry_run:
+        return 0
+    path = profile_path(config, loaded.model.path)
+    raw = json.loads(path.read_text()) if path.is_file() else base_profile(config)
+    raw["temperature_by_type"] = {**(raw.get("temperature_by_type") or {}), **fitted}
+    path.write_text(json.dumps(raw, indent=2) + "\n")
+    print(f"wrote the temperatures into {path}")
+    return 0
+
+
+def _progress(done: int, total: int) -> None:
+    print(f"\r{done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)

@@ -8,6 +8,11 @@ from typing import Any
 from decide.errors import ModelRefused
 
 _TYPES = ("choice", "noul", "score")
+LABEL_READOUT = "labels"
+"""SPEC §3: the decider layout, label logits at the answer slot (decider-style models)."""
+OPTION_READOUT = "options"
+"""``decide.option_rows``: each option's text likelihood over its prior (stock models)."""
+READOUTS = (LABEL_READOUT, OPTION_READOUT)
 
 
 @dataclass(frozen=True)
@@ -18,6 +23,7 @@ class Profile:
     layout: str | None = None
     version: str | None = None
     release_date: str | None = None
+    readout: str = LABEL_READOUT
 
     def temperature_for(self, question_type: str) -> float:
         """``temperature_by_type[type]``, else ``temperature`` (which defaults to 1.0)."""
@@ -39,7 +45,12 @@ class Profile:
                                    f"; {key!r} is not one")
             if value is not None:
                 by_type[key] = _positive(value, f"{source}: temperature_by_type.{key}")
+        readout = raw.get("readout", LABEL_READOUT)
+        if readout not in READOUTS:
+            raise ModelRefused(f"{source}: readout must be one of {', '.join(READOUTS)}, "
+                               f"not {readout!r}")
         return cls(
+            readout=readout,
             temperature=temperature,
             temperature_by_type=by_type,
             isolated_levels=bool(raw.get("isolated_levels", False)),

@@ -24,13 +24,20 @@ _LEVEL_NUMBER = re.compile(r"^\d+:\s*")
 
 @dataclass(frozen=True)
 class Row:
-    """One prompt the model reads; ``level`` is set for an isolated score level's row."""
+    """One prompt the model reads.
+
+    A label row (SPEC §3) is read at its answer slot, the logits of ``label_ids``; ``level`` is
+    set for an isolated score level's row. An option row (``decide.option_rows``) is read as the
+    log-probabilities of its last ``continuation`` tokens, the text of option ``option``.
+    """
 
     question_id: str
     suffix_text: str
     suffix: tuple[int, ...]
-    label_ids: tuple[int, ...]
+    label_ids: tuple[int, ...] = ()
     level: int | None = None
+    option: int | None = None
+    continuation: int = 0
 
 
 @dataclass(frozen=True)
@@ -40,26 +47,38 @@ class RowPlan:
     state_text: str
     prefix: tuple[int, ...]
     rows: tuple[Row, ...]
+    prior_prefix: tuple[int, ...] = ()
+    prior_rows: tuple[Row, ...] = ()
+    """Option readout: the same rows over a content-free state, read for each option's prior."""
+    state_head: str = CONTEXT_HEAD
 
     @property
     def prefix_text(self) -> str:
-        return CONTEXT_HEAD + self.state_text
+        return self.state_head + self.state_text
 
     def row_text(self, row: Row) -> str:
         return self.prefix_text + row.suffix_text
+
+    @property
+    def row_total(self) -> int:
+        """Rows the reader decodes for the request, the priors' included."""
+        return len(self.rows) + len(self.prior_rows)
 
     def row_tokens(self, row: Row) -> int:
         return len(self.prefix) + len(row.suffix)
 
     @property
     def input_tokens(self) -> int:
-        """Tokens the model reads: the shared state once, then every suffix."""
-        return len(self.prefix) + sum(len(row.suffix) for row in self.rows)
+        """Tokens the model reads: the shared state once, then every suffix (and the priors')."""
+        prior = len(self.prior_prefix) + sum(len(row.suffix) for row in self.prior_rows)
+        return len(self.prefix) + sum(len(row.suffix) for row in self.rows) + (
+            prior if self.prior_rows else 0)
 
     @property
     def row_token_total(self) -> int:
         """Sum of whole row lengths, the state counted in each row (the §2.4 request limit)."""
-        return sum(self.row_tokens(row) for row in self.rows)
+        prior = sum(len(self.prior_prefix) + len(row.suffix) for row in self.prior_rows)
+        return sum(self.row_tokens(row) for row in self.rows) + prior
 
     def rows_of(self, question_id: str) -> list[Row]:
         return [row for row in self.rows if row.question_id == question_id]

@@ -31,6 +31,9 @@ DEFAULT_MODEL = "gemma-3-270m"
 DEFAULT_GGUF = "gemma-3-270m-q4_k_m.gguf"
 DEFAULT_CONTEXT_SIZE = 8192
 PROFILE_FILE = "decider_config.json"
+EMBEDDED_PROFILE = Path(__file__).with_name("embedded_profile.json")
+"""The embedded default's profile: the option readout, temperatures fitted by
+``decide calibrate`` on ``quality/calibration.jsonl`` (EVALUATION.md)."""
 DECISION_KIND = "decision"
 
 
@@ -168,11 +171,24 @@ def install_embedded_default(data_dir: Path) -> Path:
     return target
 
 
+def profile_path(config: ModelConfig, gguf: Path) -> Path:
+    """Where the model's profile is read from and ``decide calibrate`` writes it."""
+    return config.profile or gguf.parent / PROFILE_FILE
+
+
+def base_profile(config: ModelConfig) -> dict[str, Any]:
+    """The profile a model has before any file: the embedded default ships its own."""
+    if config.path is None:
+        return json.loads(EMBEDDED_PROFILE.read_text())
+    return {}
+
+
 def load_profile(config: ModelConfig, gguf: Path) -> Profile:
-    """The model's ``decider_config.json``: the configured one, else one beside the GGUF."""
-    path = config.profile or gguf.parent / PROFILE_FILE
+    """The model's ``decider_config.json``: the configured one, else one beside the GGUF, else
+    the built-in one (the embedded default's, or SPEC §3's defaults)."""
+    path = profile_path(config, gguf)
     if config.profile is None and not path.is_file():
-        return Profile()
+        return Profile.from_dict(base_profile(config), source=f"{config.name} built-in profile")
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError) as error:

@@ -29,8 +29,39 @@ Ask = Callable[[Any, dict[str, Any]], dict[str, Any]]
 
 
 def load_set(path: Path | None = None) -> list[dict[str, Any]]:
-    with (path or DEFAULT_SET).open(encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    """Labeled items, one JSON object a line; raises ValueError naming the line at fault."""
+    source = path or DEFAULT_SET
+    items = []
+    with source.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                items.append(_checked_item(line, f"{source}, line {number}"))
+    if not items:
+        raise ValueError(f"{source} holds no labeled items")
+    return items
+
+
+def _checked_item(line: str, where: str) -> dict[str, Any]:
+    try:
+        item = json.loads(line)
+    except ValueError as error:
+        raise ValueError(f"{where}: not JSON ({error})") from error
+    missing = [key for key in ("id", "domain", "state", "question", "gold")
+               if not isinstance(item, dict) or key not in item]
+    if missing:
+        raise ValueError(f"{where}: an item needs id, domain, state, question and gold; "
+                         f"missing {', '.join(missing)}")
+    question = item["question"]
+    if not isinstance(question, dict) or question.get("type") not in ("choice", "noul", "score"):
+        raise ValueError(f"{where}: question must be a choice, noul or score question object")
+    try:
+        gold = gold_index(item)
+    except (ValueError, TypeError, KeyError) as error:
+        raise ValueError(f"{where}: gold {item['gold']!r} is not one of the question's "
+                         "options") from error
+    if not 0 <= gold < len(options_of(question)):
+        raise ValueError(f"{where}: gold {item['gold']!r} is not one of the question's options")
+    return item
 
 
 def options_of(question: dict[str, Any]) -> list[str]:

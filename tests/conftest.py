@@ -21,3 +21,18 @@ def default_engine(settings):
     loaded = load_decoding_engine(load_catalog(settings).get(None), settings)
     yield loaded
     loaded.close()
+
+
+@pytest.fixture(scope="session")
+def label_engine(default_engine):
+    """The same loaded model read the SPEC §3 way (the decider layout, label logits), as a
+    decider-style GGUF with a ``decider_config.json`` is read."""
+    from decide.engine import Engine
+    from decide.profile import Profile
+    from infra.engines import LoadedEngine
+    from infra.gguf import GgufTokenizer
+
+    model = default_engine.model
+    engine = Engine(default_engine.engine.model_name, GgufTokenizer(model),
+                    default_engine.reader, Profile(), default_engine.engine.context_window)
+    return LoadedEngine(engine=engine, model=model, reader=default_engine.reader)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -55,6 +56,7 @@ class LlamaReader:
         self._context = context
         self._memory = llama_cpp.llama_get_memory(context)
         self._batch = llama_cpp.llama_batch_init(batch_size, 0, 1)
+        self._vocab_size = model.vocab_size
         self._tokens = np.ctypeslib.as_array(self._batch.token, shape=(batch_size,))
         self._positions = np.ctypeslib.as_array(self._batch.pos, shape=(batch_size,))
         self._wants_logits = np.ctypeslib.as_array(self._batch.logits, shape=(batch_size,))
@@ -74,14 +76,38 @@ class LlamaReader:
                 before_row()  # may decode another request (foreground first): check prefix
             self._ensure_prefix(prefix)
             try:
-                self._decode(row.suffix, start=len(prefix), logits_at_end=True)
-                logits = llama_cpp.llama_get_logits_ith(self._context, -1)
-                if not logits:
-                    raise DecodeError("llama.cpp returned no logits for the answer slot")
-                results.append([float(logits[token]) for token in row.label_ids])
+                if row.continuation:
+                    results.append(self._continuation_logprobs(row, start=len(prefix)))
+                else:
+                    results.append(self._label_logits(row, start=len(prefix)))
             finally:
                 llama_cpp.llama_memory_seq_rm(self._memory, 0, len(prefix), -1)
         return results
+
+    def _label_logits(self, row: Row, *, start: int) -> list[float]:
+        """The logits of the row's labels at its answer slot (its last token)."""
+        found: list[float] = []
+
+        def keep(index: int, logits: Any) -> None:
+            found.extend(float(logits[token]) for token in row.label_ids)
+
+        self._decode(row.suffix, start=start, keep_from=len(row.suffix) - 1, on_logits=keep)
+        return found
+
+    def _continuation_logprobs(self, row: Row, *, start: int) -> list[float]:
+        """Log-probabilities of the row's last ``continuation`` tokens, each given all before it.
+
+        The last token itself is never decoded: only the logits that predict it are needed."""
+        suffix = row.suffix
+        scored_from = len(suffix) - row.continuation
+        logprobs: list[float] = []
+
+        def keep(index: int, logits: Any) -> None:
+            row_logits = np.ctypeslib.as_array(logits, shape=(self._vocab_size,))
+            logprobs.append(_log_probability(row_logits, suffix[index + 1]))
+
+        self._decode(suffix[:-1], start=start, keep_from=scored_from - 1, on_logits=keep)
+        return logprobs
 
     def forget_prefix(self) -> None:
         """Drop the cached prefix, so the next read decodes its state again.
@@ -96,19 +122,24 @@ class LlamaReader:
         if prefix == self._cached_prefix:
             return
         self.forget_prefix()
-        self._decode(prefix, start=0, logits_at_end=False)
+        self._decode(prefix, start=0)
         self._cached_prefix = prefix
 
-    def _decode(self, tokens: Sequence[int], *, start: int, logits_at_end: bool) -> None:
-        """Decode ``tokens`` at positions ``start``.. in chunks of the batch size."""
+    def _decode(self, tokens: Sequence[int], *, start: int, keep_from: int | None = None,
+                on_logits: Callable[[int, Any], None] | None = None) -> None:
+        """Decode ``tokens`` at positions ``start``.. in chunks of the batch size.
+
+        From index ``keep_from`` on, each token's logits are computed and handed to
+        ``on_logits(index, logits)`` while their chunk is still the current batch."""
+        first_kept = len(tokens) if keep_from is None else keep_from
         for offset in range(0, len(tokens), self.batch_size):
             chunk = tokens[offset:offset + self.batch_size]
             count = len(chunk)
             self._tokens[:count] = chunk
             self._positions[:count] = np.arange(start + offset, start + offset + count)
             self._wants_logits[:count] = 0
-            if logits_at_end and offset + count == len(tokens):
-                self._wants_logits[count - 1] = 1
+            kept = range(max(first_kept - offset, 0), count)
+            self._wants_logits[kept.start:count] = 1
             self._batch.n_tokens = count
             status = llama_cpp.llama_decode(self._context, self._batch)
             if status != 0:
@@ -116,6 +147,12 @@ class LlamaReader:
                 raise DecodeError(f"llama_decode failed with status {status} "
                                   f"({count} tokens at position {start + offset})")
             self.tokens_decoded += count
+            for index in kept:
+                logits = llama_cpp.llama_get_logits_ith(self._context, index)
+                if not logits:
+                    raise DecodeError("llama.cpp returned no logits for a read position")
+                if on_logits is not None:
+                    on_logits(offset + index, logits)
 
     def close(self) -> None:
         if self._context:
@@ -123,3 +160,10 @@ class LlamaReader:
             llama_cpp.llama_free(self._context)
             self._context = None
 
+
+
+def _log_probability(logits: np.ndarray, token: int) -> float:
+    """``log softmax(logits)[token]`` in double precision."""
+    values = logits.astype(np.float64)
+    top = values.max()
+    return float(values[token] - top - np.log(np.exp(values - top).sum()))

@@ -111,15 +111,15 @@ def test_the_async_client(open_server):
 def test_a_503_is_retried_after_its_retry_after(keyed_server):
     """The keyed server's background lane holds 300 rows. A busy worker and 280 queued rows
     make a 40-row job overflow it; the lane frees up 1.5 s later, and the client's retry (after
-    the server's Retry-After) gets in."""
+    the server's Retry-After) gets in. (A yes/no is 4 rows: 2 options and their priors.)"""
     refund = QUESTIONS["refund"]
     with Client(keyed_server.url, api_key="key-beta", timeout=60) as client:
         blocker = client.submit("busy", {f"q{i}": refund for i in range(150)},
                                 priority="foreground")
-        filler = client.submit("filler", {f"q{i}": refund for i in range(280)})
+        filler = client.submit("filler", {f"q{i}": refund for i in range(70)})
         threading.Timer(1.5, client.cancel, args=[filler.id]).start()
         started = time.monotonic()
-        job = client.submit("late", {f"q{i}": refund for i in range(40)})
+        job = client.submit("late", {f"q{i}": refund for i in range(10)})
         assert client.retries >= 1
         assert time.monotonic() - started >= 1.0
         assert job.status in ("queued", "running")

@@ -72,7 +72,8 @@ def test_413_more_than_1024_rows_and_no_job_is_created(open_client):
     detail = error_body(open_client.post("/v1/systemone", json={"state": "s",
                                                                 "questions": questions}),
                         413, "request_too_large")
-    assert "1,025 rows" in detail["message"] and "1,024" in detail["message"]
+    # the embedded default reads each yes/no as 2 option rows and their 2 priors
+    assert "4,100 rows" in detail["message"] and "1,024" in detail["message"]
     detail_422(open_client.post("/v1/jobs", json={"state": None, "questions": questions}))
     assert open_client.get("/v1/jobs", params={"limit": 1}).json()["data"] == before
 

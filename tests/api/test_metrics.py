@@ -53,8 +53,9 @@ def test_metrics_move_with_traffic(open_client):
     assert moved("decide_jobs_submitted_total", model=MODEL, priority="background") == 4
     assert moved("decide_jobs_finished_total", model=MODEL, priority="background",
                  status="succeeded") == 4
-    assert moved("decide_rows_total", model=MODEL, type="noul") == 5
-    assert moved("decide_rows_total", model=MODEL, type="choice") == 4
+    # the option readout: a row per option and its prior (a noul has 2 options)
+    assert moved("decide_rows_total", model=MODEL, type="noul") == 5 * 4
+    assert moved("decide_rows_total", model=MODEL, type="choice") == 4 * 4
     assert moved("decide_input_tokens_total", model=MODEL) > 100
     assert moved("decide_job_decode_seconds_count", model=MODEL) == 5
     assert moved("decide_job_queue_wait_seconds_count", model=MODEL, priority="background") == 4

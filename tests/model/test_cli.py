@@ -26,8 +26,24 @@ def decide(*args: str, stdin: str | None = None, env: dict | None = None
                           env={**os.environ, **(env or {})})
 
 
-def half_up(value: float, places: str) -> str:
-    return str(Decimal(repr(value)).quantize(Decimal(places), rounding=ROUND_HALF_UP))
+def half_up(value: float, places: str, scale: int = 1) -> str:
+    """``value * scale`` rounded half up in decimal (0.3005 at scale 100 is 30.1, not the 30.0
+    of the binary float 30.049999...)."""
+    return str((Decimal(repr(value)) * scale).quantize(Decimal(places), rounding=ROUND_HALF_UP))
+
+
+@pytest.fixture(scope="module")
+def decider_models(tmp_path_factory, settings):
+    """A models file naming the embedded GGUF ``gemma-decider`` with a SPEC §3 profile."""
+    from infra.models import install_embedded_default
+
+    root = tmp_path_factory.mktemp("decider")
+    gguf = install_embedded_default(settings.data_dir)
+    (root / "profile.json").write_text(json.dumps({"readout": "labels"}))
+    models = root / "models.json"
+    models.write_text(json.dumps({"models": {"gemma-decider": {
+        "path": str(gguf), "profile": str(root / "profile.json")}}}))
+    return models
 
 
 def test_seed_ticket_in_both_formats_agrees(tmp_path):
@@ -44,13 +60,13 @@ def test_seed_ticket_in_both_formats_agrees(tmp_path):
     lines = human.stdout.split("\n")
     assert lines[0] == "Which department should handle this?"
     names = ["billing", "technical", "sales"]
-    widest = max(len(f"{half_up(p * 100, '0.1')}%") for p in choice["probabilities"].values())
+    widest = max(len(f"{half_up(p, '0.1', 100)}%") for p in choice["probabilities"].values())
     for line, name in zip(lines[1:4], names):
         mark = "  * " if name == choice["choice"] else "    "
-        shown = f"{half_up(choice['probabilities'][name] * 100, '0.1')}%"
+        shown = f"{half_up(choice['probabilities'][name], '0.1', 100)}%"
         assert line == f"{mark}{name:<9}  {shown:>{widest}}"
     assert lines[4] == (f"    confidence {half_up(choice['confidence'], '0.01')}, "
-                        f"p max {half_up(choice['x_p_max'] * 100, '0.1')}%, "
+                        f"p max {half_up(choice['x_p_max'], '0.1', 100)}%, "
                         f"certainty {half_up(choice['x_certainty'], '0.01')}")
     assert lines[5] == ""
     assert lines[6] == "Does the customer ask for a refund?"
@@ -80,15 +96,28 @@ def test_verbose_reports_model_tokens_and_timings_on_stderr():
     assert "Which department" in result.stdout
 
 
-def test_rows_prints_rendered_rows_and_token_counts_without_decoding():
+def test_rows_prints_the_option_rows_of_the_embedded_default():
     result = decide("run", *SEED_ARGS, "--rows")
+    assert result.returncode == 0, result.stderr
+    for number, option in enumerate(["billing", "technical", "sales"], start=1):
+        assert re.search(rf"=== q1, option {number}: \d+ tokens \(\d+ state \+ \d+ question\) "
+                         rf"===\n{re.escape(TICKET)}\n\nWhich department should handle this\? "
+                         rf"{option}\n", result.stdout)
+    assert "=== q2, option 2:" in result.stdout
+    assert re.search(r"=== 10 rows; the model reads \d+ tokens \(each state once\) ===",
+                     result.stdout)
+
+
+def test_rows_prints_the_spec_layout_for_a_decider_style_profile(decider_models):
+    result = decide("run", *SEED_ARGS, "--rows", "--model", "gemma-decider",
+                    env={"DECIDE_MODELS_FILE": str(decider_models)})
     assert result.returncode == 0, result.stderr
     assert re.search(r"=== q1: \d+ tokens \(\d+ state \+ \d+ question\) ===\nContext:\n"
                      + re.escape(TICKET) + r"\n\nQuestion: Which department should handle this\?"
                      r"\nOptions:\n\(A\) billing\n\(B\) technical\n\(C\) sales\nAnswer: \(\n",
                      result.stdout)
     assert "=== q2:" in result.stdout
-    assert re.search(r"=== 2 rows; the model reads \d+ tokens \(the state once\) ===",
+    assert re.search(r"=== 2 rows; the model reads \d+ tokens \(each state once\) ===",
                      result.stdout)
 
 
@@ -122,10 +151,17 @@ def test_bad_input_is_one_clear_line_and_exit_1(args, stdin, fragment):
     assert fragment in result.stderr
 
 
-def test_too_many_rows_is_refused_before_decoding():
+def test_too_many_rows_is_refused_before_decoding(decider_models):
     body = {"state": "t", "questions": {f"q{i}": {"type": "noul", "instructions": "ok?"}
                                         for i in range(1025)}}
     result = decide("run", "--request", "-", stdin=json.dumps(body))
+    assert result.returncode == 1
+    assert result.stderr == ("decide: request too large: the request needs 4,100 rows and at "
+                             "most 1,024 are allowed (two per option of every question: the "
+                             "option read over the state, and its prior over a content-free "
+                             "state)\n")
+    result = decide("run", "--request", "-", "--model", "gemma-decider",
+                    stdin=json.dumps(body), env={"DECIDE_MODELS_FILE": str(decider_models)})
     assert result.returncode == 1
     assert result.stderr == ("decide: request too large: the request needs 1,025 rows and at "
                              "most 1,024 are allowed (one per choice or noul question, one per "

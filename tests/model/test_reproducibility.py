@@ -1,4 +1,7 @@
-"""SPEC §3.7 on the real model: a question's answer depends only on (state, question)."""
+"""SPEC §3.7 on the real model: a question's answer depends only on (state, question).
+
+Every check runs on both readouts: the embedded default's option readout and the SPEC §3 label
+readout of decider-style models."""
 
 from __future__ import annotations
 
@@ -32,8 +35,14 @@ def answer_of(loaded, state, questions: dict, wanted: str) -> dict:
     return loaded.engine.decide(request).to_wire()["answers"][wanted]
 
 
+@pytest.fixture(params=["options", "labels"])
+def loaded(request, default_engine, label_engine):
+    return default_engine if request.param == "options" else label_engine
+
+
 @pytest.mark.parametrize("question", [DEPARTMENT, REFUND, URGENCY, ISOLATED])
-def test_bits_do_not_depend_on_neighbours_order_or_id(default_engine, question):
+def test_bits_do_not_depend_on_neighbours_order_or_id(loaded, question):
+    default_engine = loaded
     alone = logits_of(default_engine, TICKET, {"x": question}, "x")
     crowded = logits_of(default_engine, TICKET,
                         {"a": REFUND, "b": URGENCY, "x": question, "c": DEPARTMENT}, "x")
@@ -44,7 +53,8 @@ def test_bits_do_not_depend_on_neighbours_order_or_id(default_engine, question):
     assert alone == crowded == first == renamed  # exact float equality: the same bits
 
 
-def test_bits_do_not_depend_on_the_request_before(default_engine):
+def test_bits_do_not_depend_on_the_request_before(loaded):
+    default_engine = loaded
     fresh = logits_of(default_engine, TICKET, {"x": DEPARTMENT}, "x")
     logits_of(default_engine, "A very different state " * 40, {"y": URGENCY}, "y")
     after_other = logits_of(default_engine, TICKET, {"x": DEPARTMENT}, "x")
@@ -52,7 +62,8 @@ def test_bits_do_not_depend_on_the_request_before(default_engine):
     assert fresh == after_other == cached
 
 
-def test_json_state_answers_are_reproducible_too(default_engine):
+def test_json_state_answers_are_reproducible_too(loaded):
+    default_engine = loaded
     state = {"customer": {"name": "Ana", "tier": "gold"},
              "events": [{"kind": "charge", "amount": 20 + i} for i in range(9)]}
     alone = answer_of(default_engine, state, {"r": REFUND}, "r")
@@ -60,26 +71,50 @@ def test_json_state_answers_are_reproducible_too(default_engine):
     assert alone == crowded
 
 
-def test_answers_are_well_formed_on_the_real_model(default_engine):
+def test_answers_are_well_formed_on_the_real_model(loaded):
     request = parse_request({"state": TICKET, "questions": {
         "department": DEPARTMENT, "refund": REFUND, "urgency": URGENCY, "iso": ISOLATED}})
-    wire = default_engine.engine.decide(request).to_wire()
+    wire = loaded.engine.decide(request).to_wire()
     answers = wire["answers"]
     assert list(answers) == ["department", "refund", "urgency", "iso"]
     assert set(answers["department"]["probabilities"]) == {"billing", "technical", "sales"}
     assert abs(sum(answers["department"]["probabilities"].values()) - 1) < 1e-3
     assert 0 <= answers["refund"]["noul"] <= 1
     assert 0 <= answers["urgency"]["score"] <= 2
-    assert set(answers["iso"]) >= {"x_level_fit", "x_fit_mass"}
     assert wire["model"] == "gemma-3-270m"
     assert wire["usage"]["output_tokens"] == 0
-    plan = default_engine.engine.plan(request)
+    plan = loaded.engine.plan(request)
     assert wire["usage"]["input_tokens"] == plan.input_tokens
-    assert plan.input_tokens == len(plan.prefix) + sum(len(row.suffix) for row in plan.rows)
+    read = len(plan.prefix) + sum(len(row.suffix) for row in plan.rows)
+    if loaded.engine.profile.readout == "labels":
+        assert set(answers["iso"]) >= {"x_level_fit", "x_fit_mass"}
+        assert plan.input_tokens == read
+    else:  # every score is read listwise; the priors are counted as read, cached or not
+        assert "x_level_fit" not in answers["iso"]
+        assert answers["iso"] == answers["urgency"]
+        assert plan.input_tokens == read + len(plan.prior_prefix) + sum(
+            len(row.suffix) for row in plan.prior_rows)
+
+
+def test_option_rows_score_likely_words_higher(default_engine):
+    """The reader's continuation log-probabilities: a fitting word outscores an unfitting one."""
+    from decide.option_rows import OptionRowBuilder
+    from infra.gguf import GgufTokenizer
+
+    question = parse_request({"state": "s", "questions": {"c": {
+        "type": "choice", "instructions": "What is the capital of France?",
+        "criteria": ["Paris", "a purple banana split"]}}}).questions
+    builder = OptionRowBuilder(GgufTokenizer(default_engine.model))
+    plan = builder.plan("The capital of France is Paris.", question)
+    paris, banana = default_engine.reader.read(plan.prefix, plan.rows)
+    assert len(paris) == plan.rows[0].continuation and len(banana) == plan.rows[1].continuation
+    assert all(value < 0 for value in paris + banana)
+    assert sum(paris) > sum(banana)
 
 
 @pytest.mark.parametrize("count", [11, 255])
-def test_many_options_keep_each_label_a_single_token(default_engine, count):
+def test_many_options_keep_each_label_a_single_token(label_engine, count):
+    default_engine = label_engine
     names = [f"team {i}" for i in range(count)]
     request = parse_request({"state": TICKET, "questions": {
         "route": {"type": "choice", "instructions": "Which team?", "criteria": names}}})

@@ -1,0 +1,51 @@
+"""Each option row's prior, read once per model and question set.
+
+A prior is the option read over the content-free state, so it depends only on (model,
+question, option), never on the state. A backlog of thousands of tickets over one question set
+reads the priors once; a prior read again would be the same bits, since the reader's plan
+decodes the content-free prefix and each row the same way every time (SPEC §3.7).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from decide.rows import Row
+
+DEFAULT_CAPACITY = 4096
+
+
+class RowReader(Protocol):
+    def read(self, prefix: Sequence[int], rows: Sequence[Row],
+             before_row: Callable[[], None] | None = None) -> list[list[float]]: ...
+
+
+class PriorCache:
+    """The latest ``capacity`` priors, keyed by their tokens."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        self.capacity = capacity
+        self._values: OrderedDict[tuple[tuple[int, ...], tuple[int, ...]], list[float]] = (
+            OrderedDict())
+        self.rows_read = 0
+
+    def read(self, reader: RowReader, prefix: Sequence[int], rows: Sequence[Row],
+             before_row: Callable[[], None] | None = None) -> list[list[float]]:
+        """The reading of every row over ``prefix``; only rows not kept are decoded."""
+        prefix = tuple(prefix)
+        keys = [(prefix, row.suffix) for row in rows]
+        missing = {key: row for key, row in zip(keys, rows) if key not in self._values}
+        if missing:
+            read = reader.read(prefix, list(missing.values()), before_row)
+            self.rows_read += len(missing)
+            for key, values in zip(missing, read, strict=True):
+                self._values[key] = values
+        found = []
+        for key in keys:
+            self._values.move_to_end(key)
+            found.append(self._values[key])
+        while len(self._values) > self.capacity:
+            self._values.popitem(last=False)
+        return found

@@ -1,0 +1,156 @@
+"""The option readout for stock models: rows, priors, scores and the row count."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from decide.engine import Engine, row_count
+from decide.errors import ModelRefused, RequestTooLarge
+from decide.option_rows import DEFAULT_LAYOUT
+from decide.priors import PriorCache
+from decide.profile import OPTION_READOUT, Profile
+from decide.protocol import parse_request
+from decide.readout import softmax
+from tests.fakes import BOS, FakeTokenizer
+
+OPTIONS = Profile(readout=OPTION_READOUT)
+ROUTE = {"type": "choice", "instructions": "Which team?",
+         "criteria": {"billing": "money", "tech_support": None, "sales": None}}
+REFUND = {"type": "noul", "instructions": "Is it a refund?"}
+URGENCY = {"type": "score", "instructions": "How urgent?", "criteria": ["low", "high"],
+           "isolated": True}
+
+
+class ScriptedReader:
+    """Option rows read as given log-probabilities: over the state, or over the prior."""
+
+    def __init__(self, over_state: dict[str, list[float]], prior: dict[str, list[float]],
+                 prior_prefix: tuple[int, ...]) -> None:
+        self.over_state, self.prior, self.prior_prefix = over_state, prior, prior_prefix
+        self.rows_read: list[tuple[bool, str]] = []
+
+    def read(self, prefix, rows, before_row=None):
+        is_prior = tuple(prefix) == self.prior_prefix
+        table = self.prior if is_prior else self.over_state
+        out = []
+        for row in rows:
+            self.rows_read.append((is_prior, row.suffix_text))
+            out.append([table[row.suffix_text.rsplit(" ", 1)[-1]], -0.5])
+        return out
+
+
+def engine_with(reader=None) -> Engine:
+    return Engine("stock", FakeTokenizer(), reader, OPTIONS, context_window=1_000_000)
+
+
+def prior_prefix() -> tuple[int, ...]:
+    return (BOS, *FakeTokenizer().tokenize(DEFAULT_LAYOUT.state_head + DEFAULT_LAYOUT.prior_state))
+
+
+def test_each_option_is_one_row_scored_on_its_own_words():
+    plan = engine_with().plan(parse_request({"state": "card charged twice",
+                                             "questions": {"r": ROUTE}}))
+    tokenizer = FakeTokenizer()
+    asked = tuple(tokenizer.tokenize("\n\nWhich team?"))
+    assert [row.option for row in plan.rows] == [0, 1, 2]
+    assert [row.suffix_text for row in plan.rows] == [
+        "\n\nWhich team? billing", "\n\nWhich team? tech support", "\n\nWhich team? sales"]
+    for row in plan.rows:
+        words = tuple(tokenizer.tokenize(row.suffix_text[len("\n\nWhich team?"):]))
+        assert row.suffix == asked + words
+        assert row.continuation == len(words)
+        assert row.label_ids == ()
+    assert plan.prefix == (BOS, *tokenizer.tokenize("card charged twice"))
+    assert plan.prior_prefix == prior_prefix()
+    assert plan.prior_rows == plan.rows
+
+
+def test_an_options_row_does_not_depend_on_where_the_option_is_listed():
+    first = engine_with().plan(parse_request({"state": "s", "questions": {"r": ROUTE}}))
+    turned = {**ROUTE, "criteria": dict(reversed(list(ROUTE["criteria"].items())))}
+    second = engine_with().plan(parse_request({"state": "s", "questions": {"r": turned}}))
+    assert {row.suffix for row in first.rows} == {row.suffix for row in second.rows}
+
+
+def test_noul_and_score_read_their_words_and_isolated_does_not_apply():
+    plan = engine_with().plan(parse_request({"state": "s",
+                                             "questions": {"n": REFUND, "u": URGENCY}}))
+    assert [row.suffix_text.rsplit(" ", 1)[-1] for row in plan.rows] == ["no", "yes", "low",
+                                                                         "high"]
+
+
+def test_scores_are_likelihood_over_prior_then_softmax_at_the_type_temperature():
+    over_state = {"billing": -1.0, "support": -3.0, "sales": -2.0}
+    prior = {"billing": -2.0, "support": -1.0, "sales": -2.5}
+    reader = ScriptedReader(over_state, prior, prior_prefix())
+    engine = Engine("stock", FakeTokenizer(), reader,
+                    Profile(readout=OPTION_READOUT, temperature_by_type={"choice": 2.0}),
+                    context_window=1_000_000)
+    answer = engine.decide(parse_request({"state": "s", "questions": {"r": ROUTE}})).answers["r"]
+    # every row reads [its option's number, -0.5]: the -0.5 cancels against the prior's
+    expected = softmax([(-1.0 - 0.5) - (-2.0 - 0.5), (-3.0 - 0.5) - (-1.0 - 0.5),
+                        (-2.0 - 0.5) - (-2.5 - 0.5)], 2.0)
+    assert answer.probabilities == {"billing": round(expected[0], 4),
+                                    "tech_support": round(expected[1], 4),
+                                    "sales": round(expected[2], 4)}
+    assert answer.choice == "billing"
+
+
+def test_priors_are_read_once_per_question_set():
+    values = {"billing": -1.0, "support": -1.0, "sales": -1.0}
+    reader = ScriptedReader(values, values, prior_prefix())
+    engine = engine_with(reader)
+    for state in ("one ticket", "another ticket", "a third"):
+        engine.decide(parse_request({"state": state, "questions": {"r": ROUTE}}))
+    assert sum(is_prior for is_prior, _ in reader.rows_read) == 3
+    assert sum(not is_prior for is_prior, _ in reader.rows_read) == 9
+
+
+def test_prior_cache_keeps_the_latest_and_gives_the_same_values():
+    reader = ScriptedReader({}, {"a": -1.0, "b": -2.0, "c": -3.0}, (1,))
+    plan = engine_with().plan(parse_request({"state": "s", "questions": {
+        "r": {"type": "choice", "instructions": "Q", "criteria": ["a", "b", "c"]}}}))
+    cache = PriorCache(capacity=2)
+    first = cache.read(reader, (1,), plan.rows)
+    assert cache.read(reader, (1,), plan.rows[1:]) == first[1:]
+    assert cache.rows_read == 3
+    cache.read(reader, (1,), plan.rows[:1])  # evicted when the third row came in
+    assert cache.rows_read == 4
+
+
+def test_rows_are_counted_with_their_priors_in_limits_and_usage():
+    questions = (parse_request({"state": "s", "questions": {"r": ROUTE, "n": REFUND,
+                                                             "u": URGENCY}}).questions)
+    assert row_count(questions, OPTIONS) == 2 * (3 + 2 + 2)
+    assert row_count(questions, Profile()) == 1 + 1 + 2
+    plan = engine_with().plan(parse_request({"state": "s", "questions": {"r": ROUTE}}))
+    assert plan.row_total == 6
+    assert plan.input_tokens == (len(plan.prefix) + sum(len(r.suffix) for r in plan.rows)
+                                 + len(plan.prior_prefix)
+                                 + sum(len(r.suffix) for r in plan.prior_rows))
+
+
+def test_the_row_limit_counts_priors():
+    from decide.engine import Limits
+
+    engine = Engine("stock", FakeTokenizer(), None, OPTIONS, context_window=1_000_000,
+                    limits=Limits(max_rows=5))
+    with pytest.raises(RequestTooLarge, match=r"needs 6 rows.*two per option"):
+        engine.plan(parse_request({"state": "s", "questions": {"r": ROUTE}}))
+
+
+def test_a_profile_names_its_readout():
+    assert Profile.from_dict({}).readout == "labels"
+    assert Profile.from_dict({"readout": "options"}).readout == "options"
+    with pytest.raises(ModelRefused, match="readout must be one of labels, options"):
+        Profile.from_dict({"readout": "tea leaves"})
+
+
+def test_option_probabilities_sum_to_one():
+    values = {"billing": -0.1, "support": -9.0, "sales": -4.0}
+    reader = ScriptedReader(values, {k: 0.0 for k in values}, prior_prefix())
+    answer = engine_with(reader).decide(
+        parse_request({"state": "s", "questions": {"r": ROUTE}})).answers["r"]
+    assert math.isclose(sum(answer.probabilities.values()), 1.0, abs_tol=2e-4)
