@@ -6,11 +6,15 @@ Run on demand (not a test):
 
 For 1, 5 and 20 questions over states of about 50 and 400 tokens it times
   * plan: the engine as it serves (the state prefix once, each question's suffix on its own
-    copy of it; the prefix cache is dropped before each request, so every state is read), and
+    copy of it; the prefix cache is dropped before each request, so every state is read; the
+    option readout's priors are kept, as a server keeps them), and
   * cold: every row decoded whole from an empty cache, as a naive server would,
 and reports the speed-up, the tokens the model reads per second under the plan, and that rate
 as a share of llama.cpp's raw prompt processing on one 512-token batch (same context, same
-threads). It ends with the peak resident memory of this process, which holds the model.
+threads). Then it compares the readouts on the same model: the SPEC §3 label readout, and the
+option readout with its priors read for every request (cold) or kept from earlier requests of
+the same question set (warm): rows, tokens read and seconds per decision. It ends with the
+peak resident memory of this process, which holds the model.
 Figures are medians of --repeats runs; compare ratios within one run, not across machines.
 """
 
@@ -27,8 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from decide.engine import Engine
+from decide.profile import OPTION_READOUT, Profile
 from decide.protocol import parse_request
 from infra.engines import LoadedEngine
+from infra.gguf import GgufTokenizer
 from infra.models import load_catalog
 from infra.settings import Settings
 from worker.loading import load_decoding_engine
@@ -95,9 +102,52 @@ def raw_batch(loaded: LoadedEngine):
 
     def once() -> None:
         reader.forget_prefix()
-        reader._decode(tokens, start=0, logits_at_end=False)
+        reader._decode(tokens, start=0)
 
     return once
+
+
+def readout_engines(loaded: LoadedEngine) -> dict[str, object]:
+    """The same loaded model behind both readouts; each call gives a fresh engine."""
+    tokenizer = GgufTokenizer(loaded.model)
+    window = loaded.engine.context_window
+    options = dataclasses.replace(loaded.engine.profile, readout=OPTION_READOUT)
+    return {
+        "labels (SPEC §3)": lambda: Engine("labels", tokenizer, loaded.reader, Profile(), window),
+        "options, priors cold": lambda: Engine("options", tokenizer, loaded.reader, options,
+                                               window),
+    }
+
+
+def compare_readouts(loaded: LoadedEngine, repeats: int) -> None:
+    """Tokens read and latency per decision: the label readout against the option readout,
+    with its priors read for each request (cold) or kept from earlier requests (warm)."""
+    makers = readout_engines(loaded)
+    warm = makers["options, priors cold"]()
+    print("\nreadout cost per decision (the state read fresh each time; median of "
+          f"{repeats}):")
+    print(f"{'state':>6} {'questions':>9}  {'readout':<22} {'rows':>5} {'read':>6} "
+          f"{'seconds':>8} {'x labels':>8}")
+    for state_tokens in (50, 400):
+        state = state_of(state_tokens, loaded)
+        for count in (1, 5):
+            request = parse_request({"state": state, "questions": questions_of(count)})
+            warm.decide(request)  # keeps this question set's priors
+            cases = [(name, make) for name, make in makers.items()]
+            cases.append(("options, priors warm", lambda: warm))
+            base = None
+            for name, make in cases:
+                engine = make()
+                plan = engine.plan(request)
+                seconds = []
+                for _ in range(repeats):
+                    engine = make()
+                    loaded.reader.forget_prefix()
+                    seconds.append(timed(lambda e=engine, r=request: e.decide(r)))
+                median = statistics.median(seconds)
+                base = base or median
+                print(f"{len(plan.prefix):>6} {count:>9}  {name:<22} {plan.row_total:>5} "
+                      f"{plan.input_tokens:>6} {median:>8.3f} {median / base:>7.2f}x")
 
 
 def main() -> None:
@@ -123,7 +173,10 @@ def main() -> None:
         for count in (1, 5, 20):
             request = parse_request({"state": state, "questions": questions_of(count)})
             plan = loaded.engine.plan(request)
-            run_plan(loaded, request)  # warm-up
+            run_plan(loaded, request)  # warm-up (and the option readout's priors kept)
+            before = loaded.reader.tokens_decoded
+            run_plan(loaded, request)
+            decoded = loaded.reader.tokens_decoded - before
             raw_s, plan_s, cold_s = [], [], []
             for _ in range(args.repeats):  # interleaved, so drift on a shared machine hits all
                 raw_s.append(timed(raw_once))
@@ -131,13 +184,15 @@ def main() -> None:
                 cold_s.append(timed(lambda p=plan: run_cold(loaded, p)))
             raw = 512 / statistics.median(raw_s)
             plan_median, cold_median = statistics.median(plan_s), statistics.median(cold_s)
-            rate = plan.input_tokens / plan_median
-            print(f"{len(plan.prefix):>6} {count:>9} {plan.input_tokens:>6} "
-                  f"{plan.row_token_total:>6} {plan_median:>8.3f} {cold_median:>8.3f} "
+            rate = decoded / plan_median
+            cold_tokens = sum(plan.row_tokens(row) for row in plan.rows)
+            print(f"{len(plan.prefix):>6} {count:>9} {decoded:>6} "
+                  f"{cold_tokens:>6} {plan_median:>8.3f} {cold_median:>8.3f} "
                   f"{cold_median / plan_median:>7.2f}x {rate:>7,.0f} {raw:>9,.0f} "
                   f"{rate / raw:>6.2f}")
             if state_tokens == 400 and count == 5:
                 verdicts = {"speed-up": cold_median / plan_median, "share": rate / raw}
+    compare_readouts(loaded, args.repeats)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\npeak resident memory of this process (model loaded, context "
           f"{loaded.engine.context_window}): {peak_mib:,.0f} MiB")

@@ -69,10 +69,10 @@ class RowPlan:
 
     @property
     def input_tokens(self) -> int:
-        """Tokens the model reads: the shared state once, then every suffix (and the priors')."""
-        prior = len(self.prior_prefix) + sum(len(row.suffix) for row in self.prior_rows)
-        return len(self.prefix) + sum(len(row.suffix) for row in self.rows) + (
-            prior if self.prior_rows else 0)
+        """Tokens the model reads: the shared state once, then every suffix; option rows of
+        one question read their question piece once (and the priors likewise)."""
+        prior = read_tokens(self.prior_prefix, self.prior_rows) if self.prior_rows else 0
+        return read_tokens(self.prefix, self.rows) + prior
 
     @property
     def row_token_total(self) -> int:
@@ -82,6 +82,18 @@ class RowPlan:
 
     def rows_of(self, question_id: str) -> list[Row]:
         return [row for row in self.rows if row.question_id == question_id]
+
+
+def read_tokens(prefix: tuple[int, ...], rows: tuple[Row, ...]) -> int:
+    """The prefix, then each row's suffix, less a question piece the row before just read."""
+    total = len(prefix)
+    previous_piece: tuple[int, ...] | None = None
+    for row in rows:
+        piece = row.suffix[:-row.continuation] if row.continuation else None
+        total += row.continuation if piece is not None and piece == previous_piece else len(
+            row.suffix)
+        previous_piece = piece
+    return total
 
 
 def question_text(question: Question) -> str:

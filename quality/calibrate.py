@@ -96,6 +96,10 @@ class Tier:
     """The lowest confidence of the tier; None when no confidence reaches its accuracy."""
     share: float
     accuracy: float
+    """Of the examples in the tier (at or above its threshold, below the tier above)."""
+    share_above: float = 0.0
+    accuracy_above: float = 0.0
+    """Of all the examples at or above the threshold: what the threshold was chosen for."""
 
 
 def threshold_for(items: Sequence[Scored], target: float) -> float | None:
@@ -124,8 +128,10 @@ def tiers(items: Sequence[Scored]) -> list[Tier]:
                                                                           0.0)):
         members = [] if low is None else [item for item in items
                                           if low <= item.confidence < ceiling]
+        above = [] if low is None else [item for item in items if item.confidence >= low]
         found.append(Tier(name=name, threshold=low, share=len(members) / len(items),
-                          accuracy=accuracy(members)))
+                          accuracy=accuracy(members), share_above=len(above) / len(items),
+                          accuracy_above=accuracy(above)))
         if low is not None:
             ceiling = low
     return found
@@ -154,5 +160,7 @@ def report(model: str, examples: Sequence[Example], before: Profile, after: Prof
                          "examples")
         else:
             lines.append(f"    {tier.name:<18} confidence >= {tier.threshold:.3f}: "
-                         f"{tier.share:.0%} of examples, accuracy {tier.accuracy:.3f}")
+                         f"{tier.share:.0%} of examples (accuracy {tier.accuracy:.3f}); "
+                         f"{tier.share_above:.0%} at or above it (accuracy "
+                         f"{tier.accuracy_above:.3f})")
     return "\n".join(lines) + "\n"

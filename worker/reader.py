@@ -1,9 +1,12 @@
-"""The model reader: label logits at answer slots, with a reproducible decoding plan.
+"""The model reader: label logits at answer slots, or option log-probabilities, with a
+reproducible decoding plan.
 
 Plan (SPEC §3.7): the state prefix is decoded once into the KV cache, in fixed chunks from
-position 0; each row's suffix is then decoded alone on top of it, its label logits are copied
-out, and the suffix is removed from the cache again. A row's numbers therefore depend only on
-(prefix, suffix): never on the other rows of the request, their order, or earlier requests.
+position 0; each label row's suffix is then decoded alone on top of it, its label logits are
+copied out, and the suffix is removed from the cache again. An option row's question piece is
+decoded alone on top of the prefix (and kept for the next option of the same question), then
+the option's own tokens alone on top of the piece. A row's numbers therefore depend only on
+(prefix, row): never on the other rows of the request, their order, or earlier requests.
 The prefix stays cached after a request, so a request over the same state skips it.
 
 The sliding-window layers of models such as Gemma 3 keep a full-size cache (``swa_full``):
@@ -12,6 +15,7 @@ a pruned window could not be rewound to the end of the prefix.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -64,6 +68,10 @@ class LlamaReader:
             self._batch.n_seq_id[index] = 1
             self._batch.seq_id[index][0] = 0
         self._cached_prefix: tuple[int, ...] | None = None
+        self._piece: tuple[int, ...] | None = None
+        """The question piece cached after the prefix (option rows), if any."""
+        self._piece_next: _LogSoftmax | None = None
+        """The log-softmax at the piece's last token: each option's first token."""
         self.tokens_decoded = 0
         """Tokens fed to llama.cpp since load (prefixes reused from the cache not counted)."""
 
@@ -71,17 +79,21 @@ class LlamaReader:
              before_row: Callable[[], None] | None = None) -> list[list[float]]:
         prefix = tuple(prefix)
         results = []
-        for row in rows:
-            if before_row is not None:
-                before_row()  # may decode another request (foreground first): check prefix
-            self._ensure_prefix(prefix)
-            try:
+        try:
+            for row in rows:
+                if before_row is not None:
+                    before_row()  # may decode another request (foreground first): check prefix
+                self._ensure_prefix(prefix)
                 if row.continuation:
-                    results.append(self._continuation_logprobs(row, start=len(prefix)))
+                    results.append(self._option_logprobs(row, start=len(prefix)))
                 else:
-                    results.append(self._label_logits(row, start=len(prefix)))
-            finally:
-                llama_cpp.llama_memory_seq_rm(self._memory, 0, len(prefix), -1)
+                    self._drop_piece()
+                    try:
+                        results.append(self._label_logits(row, start=len(prefix)))
+                    finally:
+                        llama_cpp.llama_memory_seq_rm(self._memory, 0, len(prefix), -1)
+        finally:
+            self._drop_piece()
         return results
 
     def _label_logits(self, row: Row, *, start: int) -> list[float]:
@@ -94,20 +106,49 @@ class LlamaReader:
         self._decode(row.suffix, start=start, keep_from=len(row.suffix) - 1, on_logits=keep)
         return found
 
-    def _continuation_logprobs(self, row: Row, *, start: int) -> list[float]:
-        """Log-probabilities of the row's last ``continuation`` tokens, each given all before it.
+    def _option_logprobs(self, row: Row, *, start: int) -> list[float]:
+        """Log-probabilities of the row's option tokens, each given everything before it.
 
-        The last token itself is never decoded: only the logits that predict it are needed."""
-        suffix = row.suffix
-        scored_from = len(suffix) - row.continuation
-        logprobs: list[float] = []
+        The question piece before the option is decoded once, as one batch, and kept while
+        the rows after it share it (the options of one question): its last logits give every
+        option's first token. Only an option's own tokens but the last are then decoded, as one
+        batch on top of the piece, and removed again. A row's numbers therefore depend only on
+        (prefix, piece, option), whichever rows come before or after it."""
+        piece = row.suffix[:-row.continuation]
+        option = row.suffix[-row.continuation:]
+        piece_end = start + len(piece)
+        logprobs = [self._piece_logprobs(piece, start=start)(option[0])]
+        if len(option) > 1:
+            def keep(index: int, logits: Any) -> None:
+                row_logits = np.ctypeslib.as_array(logits, shape=(self._vocab_size,))
+                logprobs.append(_LogSoftmax(row_logits)(option[index + 1]))
 
-        def keep(index: int, logits: Any) -> None:
-            row_logits = np.ctypeslib.as_array(logits, shape=(self._vocab_size,))
-            logprobs.append(_log_probability(row_logits, suffix[index + 1]))
-
-        self._decode(suffix[:-1], start=start, keep_from=scored_from - 1, on_logits=keep)
+            try:
+                self._decode(option[:-1], start=piece_end, keep_from=0, on_logits=keep)
+            finally:
+                llama_cpp.llama_memory_seq_rm(self._memory, 0, piece_end, -1)
         return logprobs
+
+    def _piece_logprobs(self, piece: tuple[int, ...], *, start: int) -> _LogSoftmax:
+        if piece != self._piece:
+            self._drop_piece()
+            kept: list[_LogSoftmax] = []
+
+            def keep(index: int, logits: Any) -> None:
+                row_logits = np.ctypeslib.as_array(logits, shape=(self._vocab_size,))
+                kept.append(_LogSoftmax(row_logits.copy()))
+
+            self._decode(piece, start=start, keep_from=len(piece) - 1, on_logits=keep)
+            self._piece, self._piece_next = piece, kept[0]
+        assert self._piece_next is not None
+        return self._piece_next
+
+    def _drop_piece(self) -> None:
+        """Remove the cached question piece, leaving the prefix."""
+        if self._piece is not None:
+            self._piece = self._piece_next = None
+            if self._cached_prefix is not None:
+                llama_cpp.llama_memory_seq_rm(self._memory, 0, len(self._cached_prefix), -1)
 
     def forget_prefix(self) -> None:
         """Drop the cached prefix, so the next read decodes its state again.
@@ -116,6 +157,7 @@ class LlamaReader:
         milliseconds per request, and stale cells never count, since attention masks every
         cell no sequence holds (exp(-inf) = 0, and 0 times a finite value adds exactly 0)."""
         self._cached_prefix = None
+        self._piece = self._piece_next = None
         llama_cpp.llama_memory_clear(self._memory, False)
 
     def _ensure_prefix(self, prefix: tuple[int, ...]) -> None:
@@ -162,8 +204,17 @@ class LlamaReader:
 
 
 
-def _log_probability(logits: np.ndarray, token: int) -> float:
-    """``log softmax(logits)[token]`` in double precision."""
-    values = logits.astype(np.float64)
-    top = values.max()
-    return float(values[token] - top - np.log(np.exp(values - top).sum()))
+class _LogSoftmax:
+    """``log softmax(logits)[token]`` for any token of one logits row.
+
+    The normaliser is summed in double precision over single-precision exponentials, once
+    per row, whichever tokens are asked for."""
+
+    def __init__(self, logits: np.ndarray) -> None:
+        self._logits = logits
+        top = float(logits.max())
+        self._normaliser = top + math.log(float(np.exp(logits - np.float32(top)).sum(
+            dtype=np.float64)))
+
+    def __call__(self, token: int) -> float:
+        return float(self._logits[token]) - self._normaliser

@@ -85,15 +85,17 @@ def test_answers_are_well_formed_on_the_real_model(loaded):
     assert wire["usage"]["output_tokens"] == 0
     plan = loaded.engine.plan(request)
     assert wire["usage"]["input_tokens"] == plan.input_tokens
-    read = len(plan.prefix) + sum(len(row.suffix) for row in plan.rows)
     if loaded.engine.profile.readout == "labels":
         assert set(answers["iso"]) >= {"x_level_fit", "x_fit_mass"}
-        assert plan.input_tokens == read
+        assert plan.input_tokens == len(plan.prefix) + sum(len(row.suffix) for row in plan.rows)
     else:  # every score is read listwise; the priors are counted as read, cached or not
         assert "x_level_fit" not in answers["iso"]
         assert answers["iso"] == answers["urgency"]
-        assert plan.input_tokens == read + len(plan.prior_prefix) + sum(
-            len(row.suffix) for row in plan.prior_rows)
+        pieces = [row.suffix[:-row.continuation] for row in plan.rows]
+        new_pieces = [piece for index, piece in enumerate(pieces)  # a piece the row before
+                      if index == 0 or pieces[index - 1] != piece]  # read is not read again
+        read = sum(map(len, new_pieces)) + sum(row.continuation for row in plan.rows)
+        assert plan.input_tokens == len(plan.prefix) + len(plan.prior_prefix) + 2 * read
 
 
 def test_option_rows_score_likely_words_higher(default_engine):
@@ -126,3 +128,23 @@ def test_many_options_keep_each_label_a_single_token(label_engine, count):
     answer = default_engine.engine.decide(request).to_wire()["answers"]["route"]
     assert list(answer["probabilities"]) == names
     assert abs(sum(answer["probabilities"].values()) - 1) < 0.02
+
+
+def test_an_option_row_reads_the_same_alone_or_after_its_siblings(default_engine):
+    request = parse_request({"state": TICKET, "questions": {"d": DEPARTMENT, "u": URGENCY}})
+    plan = default_engine.engine.plan(request)
+    together = default_engine.reader.read(plan.prefix, plan.rows)
+    alone = [default_engine.reader.read(plan.prefix, [row])[0] for row in reversed(plan.rows)]
+    assert together == list(reversed(alone))
+
+
+def test_the_options_of_a_question_share_one_read_of_its_piece(default_engine):
+    request = parse_request({"state": TICKET, "questions": {"r": REFUND}})
+    plan = default_engine.engine.plan(request)
+    reader = default_engine.reader
+    reader.read(plan.prefix, plan.rows[:1])  # the state is cached now
+    before = reader.tokens_decoded
+    reader.read(plan.prefix, plan.rows)
+    no, yes = plan.rows
+    assert no.continuation == yes.continuation == 1  # " no" and " yes" are single tokens
+    assert reader.tokens_decoded - before == len(no.suffix) - 1  # the piece, once

@@ -125,11 +125,17 @@ def test_rows_are_counted_with_their_priors_in_limits_and_usage():
                                                              "u": URGENCY}}).questions)
     assert row_count(questions, OPTIONS) == 2 * (3 + 2 + 2)
     assert row_count(questions, Profile()) == 1 + 1 + 2
-    plan = engine_with().plan(parse_request({"state": "s", "questions": {"r": ROUTE}}))
-    assert plan.row_total == 6
-    assert plan.input_tokens == (len(plan.prefix) + sum(len(r.suffix) for r in plan.rows)
-                                 + len(plan.prior_prefix)
-                                 + sum(len(r.suffix) for r in plan.prior_rows))
+    plan = engine_with().plan(parse_request({"state": "s", "questions": {"r": ROUTE,
+                                                                          "n": REFUND}}))
+    assert plan.row_total == 10
+    pieces = len(FakeTokenizer().tokenize("\n\nWhich team?")) + len(
+        FakeTokenizer().tokenize("\n\nIs it a refund?"))
+    options = sum(row.continuation for row in plan.rows)
+    # each question piece is read once for its options, over the state and over the prior
+    assert plan.input_tokens == (len(plan.prefix) + pieces + options
+                                 + len(plan.prior_prefix) + pieces + options)
+    assert plan.row_token_total == sum(len(plan.prefix) + len(r.suffix) for r in plan.rows) + sum(
+        len(plan.prior_prefix) + len(r.suffix) for r in plan.prior_rows)
 
 
 def test_the_row_limit_counts_priors():
