@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -28,9 +29,21 @@ PURGE_EVERY_SECONDS = 3600.0
 """How often a worker applies retention (``purge_finished_before``)."""
 
 
+_id_lock = threading.Lock()
+_last_id_time = [0, 0]
+"""The millisecond of the latest id made by this process, and its sequence within it."""
+
+
 def new_id(prefix: str) -> str:
-    """Ids that sort by creation time: 12 hex digits of milliseconds, then 12 random ones."""
-    return f"{prefix}_{int(time.time() * 1000):012x}{os.urandom(6).hex()}"
+    """Ids that sort by creation time: 12 hex digits of milliseconds, 4 of a sequence number
+    within the millisecond (so one process's ids never tie), then 8 random ones."""
+    with _id_lock:
+        now = max(int(time.time() * 1000), _last_id_time[0])
+        sequence = _last_id_time[1] + 1 if now == _last_id_time[0] else 0
+        if sequence > 0xFFFF:
+            now, sequence = now + 1, 0
+        _last_id_time[:] = [now, sequence]
+    return f"{prefix}_{now:012x}{sequence:04x}{os.urandom(4).hex()}"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from decide.client import (
     InvalidRequestError,
     NotFoundError,
 )
+from tests.slow_work import distinct_nouls
 
 pytestmark = pytest.mark.model
 
@@ -114,7 +115,7 @@ def test_a_503_is_retried_after_its_retry_after(keyed_server):
     the server's Retry-After) gets in. (A yes/no is 4 rows: 2 options and their priors.)"""
     refund = QUESTIONS["refund"]
     with Client(keyed_server.url, api_key="key-beta", timeout=60) as client:
-        blocker = client.submit("busy", {f"q{i}": refund for i in range(150)},
+        blocker = client.submit("busy", distinct_nouls(150),
                                 priority="foreground")
         filler = client.submit("filler", {f"q{i}": refund for i in range(70)})
         threading.Timer(1.5, client.cancel, args=[filler.id]).start()

@@ -8,6 +8,8 @@ import json
 import pytest
 import zstandard
 
+from tests.slow_work import distinct_nouls
+
 pytestmark = pytest.mark.model
 
 NOUL = {"type": "noul", "instructions": "Refund?"}
@@ -153,7 +155,7 @@ def test_404_for_another_callers_job(keyed_server):
 
 
 def test_504_with_the_job_id_when_a_sync_call_outlives_its_wait(keyed_server):
-    questions = {f"q{i}": NOUL for i in range(150)}
+    questions = distinct_nouls(150)
     with keyed_server.client("key-alpha") as alpha:
         response = alpha.post("/v1/systemone", json={"state": "s", "questions": questions})
         detail = error_body(response, 504, "timeout")
@@ -166,7 +168,7 @@ def test_504_with_the_job_id_when_a_sync_call_outlives_its_wait(keyed_server):
 def test_503_when_a_lane_is_full(keyed_server):
     """The keyed server's background lane takes 300 queued rows; a long foreground job keeps
     the worker busy while background work piles up."""
-    busy = {f"q{i}": NOUL for i in range(120)}
+    busy = distinct_nouls(120)
     batch = {f"q{i}": NOUL for i in range(200)}
     with keyed_server.client("key-beta") as beta:
         first = beta.post("/v1/systemone", headers={"Prefer": "respond-async"},

@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from tests.slow_work import distinct_nouls
+
 pytestmark = pytest.mark.model
 
 NOUL = {"type": "noul", "instructions": "Does the customer ask for a refund?"}
@@ -13,7 +15,7 @@ TICKET = "My card was charged twice for order A-104. Please refund the duplicate
 
 
 def many(count: int) -> dict:
-    return {f"q{i}": NOUL for i in range(count)}
+    return distinct_nouls(count)
 
 
 @pytest.fixture

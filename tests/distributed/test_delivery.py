@@ -10,6 +10,7 @@ import pytest
 
 from infra.broker import Broker
 from launch.local import REDIS_URL
+from tests.slow_work import distinct_nouls
 
 pytestmark = pytest.mark.model
 
@@ -135,7 +136,7 @@ def test_foreground_waits_for_a_row_not_a_whole_background_job(cluster):
     """A 1,000-row background job (250 yes/no: 2 options and 2 priors each) takes seconds; a
     sync call during it is served between two of its rows, and the background job still
     finishes once with the same answers."""
-    many = {f"q{i}": QUESTIONS["refund"] for i in range(250)}
+    many = distinct_nouls(250)
     with cluster.client() as client:
         long_job = client.post("/v1/jobs", json={"state": "a long background job",
                                                  "questions": many}).json()
@@ -161,7 +162,7 @@ def test_foreground_waits_for_a_row_not_a_whole_background_job(cluster):
 
 
 def test_cancel_reaches_the_worker_running_the_job(cluster):
-    many = {f"q{i}": QUESTIONS["refund"] for i in range(250)}  # 1,000 rows
+    many = distinct_nouls(250)  # 1,000 rows
     with cluster.client() as client:
         job = client.post("/v1/jobs", json={"state": "to be cancelled", "questions": many,
                                             "priority": "foreground"}).json()

@@ -115,3 +115,9 @@ def test_old_queued_jobs_expire_and_batches_go_with_their_jobs(db):
     jobs.purge_finished_before(db, cutoff=10**12)
     assert jobs.get_job(db, job_ids[0]) is None
     assert batches.get_batch(db, batch.id, "alice") is None
+
+
+def test_ids_made_in_one_millisecond_still_sort_by_creation():
+    ids = [jobs.new_id("job") for _ in range(5000)]  # many share a millisecond
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert all(len(job_id) == len("job_") + 24 for job_id in ids)
