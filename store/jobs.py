@@ -185,23 +185,43 @@ def finish_job(db: Engine, job: JobRecord, *, status: str,
                decode_ms: float | None = None, input_tokens: int | None = None) -> bool:
     """running → a finished state, with its usage recorded in the same transaction; False when
     the job was not running any more."""
-    job_id = job.id
     assert status in FINISHED
     values: dict[str, Any] = {"status": status, "result": _dumps(result),
                               "error": _dumps(error), "finished_at": time.time(),
                               "decode_ms": decode_ms}
     if input_tokens is not None:
         values["input_tokens"] = input_tokens
+    finishing = update(jobs).where(jobs.c.id == job.id, jobs.c.status == RUNNING).values(
+        **values)
+    if status != SUCCEEDED:
+        with db.connect() as connection:
+            connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+            return connection.execute(finishing).rowcount == 1
+    if db.dialect.name == "postgresql":
+        return _finish_with_usage_in_one_statement(db, finishing)
     with db.begin() as connection:
-        changed = connection.execute(
-            update(jobs).where(jobs.c.id == job_id, jobs.c.status == RUNNING)
-            .values(**values)).rowcount
-        if changed == 1 and status == SUCCEEDED:
-            connection.execute(usage.insert().values(
-                job_id=job_id, owner=job.owner, model=job.model,
-                finished_at=values["finished_at"], rows=job.rows,
-                input_tokens=job.input_tokens if input_tokens is None else input_tokens))
-    return changed == 1
+        if connection.execute(finishing).rowcount != 1:
+            return False
+        connection.execute(usage.insert().values(
+            job_id=job.id, owner=job.owner, model=job.model,
+            finished_at=values["finished_at"], rows=job.rows,
+            input_tokens=job.input_tokens if input_tokens is None else input_tokens))
+    return True
+
+
+def _finish_with_usage_in_one_statement(db: Engine, finishing: Any) -> bool:
+    """One autocommitted statement (one round trip): the UPDATE as a data-modifying CTE, and the
+    usage row inserted from what it returned, so there is a usage row only when the job was
+    still running, and never one without the other."""
+    done = finishing.returning(jobs.c.id, jobs.c.owner, jobs.c.model, jobs.c.finished_at,
+                               jobs.c.rows, jobs.c.input_tokens).cte("done")
+    recording = usage.insert().from_select(
+        ["job_id", "owner", "model", "finished_at", "rows", "input_tokens"],
+        select(done.c.id, done.c.owner, done.c.model, done.c.finished_at, done.c.rows,
+               done.c.input_tokens)).returning(usage.c.job_id)
+    with db.connect() as connection:
+        connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+        return connection.execute(recording).first() is not None
 
 
 def full_request(db: Engine, job: JobRecord) -> dict[str, Any]:

@@ -47,7 +47,28 @@ def test_a_job_is_claimed_once_and_finished_once(db):
     done = jobs.get_job(db, job.id)
     assert done.status == jobs.SUCCEEDED and done.result == {"answers": {}}
     assert usage_count(db) == 1  # the usage audit has the job once
+    assert not jobs.finish_job(db, claimed, status=jobs.SUCCEEDED, result={})  # nor twice
+    assert usage_count(db) == 1
     assert jobs.claim_job(db, job.id) is None
+
+
+def test_usage_records_what_the_job_read_and_only_for_a_success(db):
+    from sqlalchemy import select
+
+    from store.tables import usage
+
+    done, _ = new(db)
+    jobs.finish_job(db, jobs.claim_job(db, done.id), status=jobs.SUCCEEDED, result={},
+                    input_tokens=77)
+    failed, _ = new(db)
+    jobs.finish_job(db, jobs.claim_job(db, failed.id), status=jobs.FAILED,
+                    error={"message": "x"})
+    with db.connect() as connection:
+        rows = connection.execute(select(usage)).mappings().all()
+    assert [(row["job_id"], row["owner"], row["model"], row["rows"], row["input_tokens"])
+            for row in rows] == [(done.id, "alice", "m", done.rows, 77)]
+    assert rows[0]["finished_at"] == jobs.get_job(db, done.id).finished_at
+    assert jobs.get_job(db, failed.id).status == jobs.FAILED
 
 
 def test_concurrent_claims_take_a_job_once(db):
