@@ -24,7 +24,8 @@ class LabelReader(Protocol):
 
     def read(self, prefix: Sequence[int], rows: Sequence[Row],
              before_row: Callable[[], None] | None = None) -> list[list[float]]:
-        """Logits of each row's ``label_ids`` at its answer slot, in row order.
+        """For each row in order: a label row's ``label_ids`` logits at its answer slot, or an
+        option row's log-probabilities of its last ``continuation`` tokens.
 
         The prefix is decoded once; each row's suffix is decoded on its own copy of it, so a
         row's numbers depend only on (prefix, row). ``before_row`` is called before each row

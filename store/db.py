@@ -5,8 +5,12 @@ from __future__ import annotations
 from sqlalchemy import Engine, create_engine, event
 
 
-def make_engine(url: str) -> Engine:
-    """An engine with SQLite set up for one writer thread beside many readers (WAL)."""
+def make_engine(url: str, *, ping_on_checkout: bool = True) -> Engine:
+    """An engine with SQLite set up for one writer thread beside many readers (WAL).
+
+    On PostgreSQL a pooled connection is pinged before each use, so a server restart costs no
+    request an error; ``ping_on_checkout=False`` spares that round trip where every operation
+    is retried once on a dropped connection instead (a worker's claims and finishes)."""
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -19,4 +23,4 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(url, pool_pre_ping=ping_on_checkout, pool_size=10, max_overflow=20)

@@ -12,11 +12,12 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from store.tables import batches, jobs, usage, workers
 
@@ -165,10 +166,29 @@ def list_jobs(db: Engine, *, owner: str, status: str | None, limit: int,
         return [_record(row) for row in connection.execute(query)]
 
 
+T = TypeVar("T")
+
+
+def _again_if_disconnected(operation: Callable[[], T]) -> T:
+    """Run ``operation``; once more when its pooled connection turned out dead (the server
+    restarted). The pool then drops every connection as old, so the second try opens a new
+    one. A worker's engine skips the pre-use ping for speed, and relies on this instead."""
+    try:
+        return operation()
+    except DBAPIError as error:
+        if not error.connection_invalidated:
+            raise
+        return operation()
+
+
 def claim_job(db: Engine, job_id: str, worker_id: str | None = None) -> JobRecord | None:
     """queued → running, once: None when the job is gone, taken or finished already.
 
     ``decode_runs`` counts the claims, so every decode execution is on record."""
+    return _again_if_disconnected(lambda: _claim(db, job_id, worker_id))
+
+
+def _claim(db: Engine, job_id: str, worker_id: str | None) -> JobRecord | None:
     # one statement, atomic on its own: autocommit spares the BEGIN and COMMIT round trips
     with db.connect() as connection:
         connection = connection.execution_options(isolation_level="AUTOCOMMIT")
@@ -185,6 +205,13 @@ def finish_job(db: Engine, job: JobRecord, *, status: str,
                decode_ms: float | None = None, input_tokens: int | None = None) -> bool:
     """running → a finished state, with its usage recorded in the same transaction; False when
     the job was not running any more."""
+    return _again_if_disconnected(lambda: _finish(db, job, status, result, error, decode_ms,
+                                                  input_tokens))
+
+
+def _finish(db: Engine, job: JobRecord, status: str, result: dict[str, Any] | None,
+            error: dict[str, Any] | None, decode_ms: float | None,
+            input_tokens: int | None) -> bool:
     assert status in FINISHED
     values: dict[str, Any] = {"status": status, "result": _dumps(result),
                               "error": _dumps(error), "finished_at": time.time(),
@@ -235,9 +262,12 @@ def full_request(db: Engine, job: JobRecord) -> dict[str, Any]:
 @functools.lru_cache(maxsize=64)
 def _batch_questions(db: Engine, batch_id: str) -> str:
     """A batch's questions never change: read once per worker, not once per item."""
-    with db.connect() as connection:
-        return connection.execute(select(batches.c.questions).where(
-            batches.c.id == batch_id)).scalar_one()
+    def read() -> str:
+        with db.connect() as connection:
+            return connection.execute(select(batches.c.questions).where(
+                batches.c.id == batch_id)).scalar_one()
+
+    return _again_if_disconnected(read)
 
 
 def mark_sent(db: Engine, job_ids: list[str]) -> None:
@@ -299,9 +329,12 @@ def cancel_job(db: Engine, job_id: str, owner: str) -> JobRecord | None:
 
 
 def cancel_requested(db: Engine, job_id: str) -> bool:
-    with db.connect() as connection:
-        return bool(connection.execute(
-            select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar())
+    def read() -> bool:
+        with db.connect() as connection:
+            return bool(connection.execute(
+                select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar())
+
+    return _again_if_disconnected(read)
 
 
 def requeue_running(db: Engine, model: str | None = None) -> int:

@@ -49,7 +49,8 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
             log.error("cannot serve metrics on port %d (%s): pass --metrics-port to each "
                       "worker on this host", metrics_port, error)
             metrics_port = None
-    db = make_engine(settings.resolved_database_url)
+    # no ping before each use: claims and finishes retry once on a dropped connection instead
+    db = make_engine(settings.resolved_database_url, ping_on_checkout=False)
     broker = Broker(settings.broker_url)
     worker_id = f"{socket.gethostname()}:{os.getpid()}:{config.name}"
 
