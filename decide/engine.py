@@ -111,8 +111,7 @@ class Engine:
         return plan
 
     def _check_tokens(self, plan: RowPlan) -> None:
-        longest = max(plan.rows, key=plan.row_tokens)
-        length = plan.row_tokens(longest)
+        longest, length = max(plan.row_lengths(), key=lambda pair: pair[1])
         if length > self.limits.max_row_tokens or length > self.context_window:
             raise RequestTooLarge(
                 f"the row of question {longest.question_id!r} is {length:,} tokens; a row may "

@@ -23,29 +23,31 @@ class RowReader(Protocol):
 
 
 class PriorCache:
-    """The latest ``capacity`` priors, keyed by their tokens."""
+    """The latest ``capacity`` priors, keyed by their tokens and where their option starts."""
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self.capacity = capacity
-        self._values: OrderedDict[tuple[tuple[int, ...], tuple[int, ...]], list[float]] = (
+        self._values: OrderedDict[tuple[tuple[int, ...], tuple[int, ...], int], list[float]] = (
             OrderedDict())
         self.rows_read = 0
 
     def read(self, reader: RowReader, prefix: Sequence[int], rows: Sequence[Row],
              before_row: Callable[[], None] | None = None) -> list[list[float]]:
-        """The reading of every row over ``prefix``; only rows not kept are decoded."""
+        """The reading of every row over ``prefix``; only rows not kept are decoded.
+
+        What this call found is held apart from the cache, since a foreground request that
+        ``before_row`` decodes meanwhile may evict it."""
         prefix = tuple(prefix)
-        keys = [(prefix, row.suffix) for row in rows]
-        missing = {key: row for key, row in zip(keys, rows) if key not in self._values}
+        keys = [(prefix, row.suffix, row.continuation) for row in rows]
+        found = {key: self._values[key] for key in keys if key in self._values}
+        missing = {key: row for key, row in zip(keys, rows) if key not in found}
         if missing:
             read = reader.read(prefix, list(missing.values()), before_row)
             self.rows_read += len(missing)
-            for key, values in zip(missing, read, strict=True):
-                self._values[key] = values
-        found = []
+            found.update(zip(missing, read, strict=True))
         for key in keys:
+            self._values[key] = found[key]
             self._values.move_to_end(key)
-            found.append(self._values[key])
         while len(self._values) > self.capacity:
             self._values.popitem(last=False)
-        return found
+        return [found[key] for key in keys]

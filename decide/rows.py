@@ -67,6 +67,11 @@ class RowPlan:
     def row_tokens(self, row: Row) -> int:
         return len(self.prefix) + len(row.suffix)
 
+    def row_lengths(self) -> list[tuple[Row, int]]:
+        """Every row the reader decodes with its whole length, the priors' included."""
+        return ([(row, len(self.prefix) + len(row.suffix)) for row in self.rows]
+                + [(row, len(self.prior_prefix) + len(row.suffix)) for row in self.prior_rows])
+
     @property
     def input_tokens(self) -> int:
         """Tokens the model reads: the shared state once, then every suffix; option rows of
@@ -77,8 +82,7 @@ class RowPlan:
     @property
     def row_token_total(self) -> int:
         """Sum of whole row lengths, the state counted in each row (the §2.4 request limit)."""
-        prior = sum(len(self.prior_prefix) + len(row.suffix) for row in self.prior_rows)
-        return sum(self.row_tokens(row) for row in self.rows) + prior
+        return sum(length for _, length in self.row_lengths())
 
     def rows_of(self, question_id: str) -> list[Row]:
         return [row for row in self.rows if row.question_id == question_id]

@@ -185,7 +185,18 @@ def claim_job(db: Engine, job_id: str, worker_id: str | None = None) -> JobRecor
     """queued → running, once: None when the job is gone, taken or finished already.
 
     ``decode_runs`` counts the claims, so every decode execution is on record."""
-    return _again_if_disconnected(lambda: _claim(db, job_id, worker_id))
+    try:
+        return _claim(db, job_id, worker_id)
+    except DBAPIError as error:
+        if not error.connection_invalidated:
+            raise
+    claimed = _claim(db, job_id, worker_id)  # a new connection: see _again_if_disconnected
+    if claimed is None and worker_id is not None:
+        # the first try may have committed before its reply was lost: then the job is ours
+        job = get_job(db, job_id)
+        if job is not None and job.status == RUNNING and job.worker_id == worker_id:
+            return job
+    return claimed
 
 
 def _claim(db: Engine, job_id: str, worker_id: str | None) -> JobRecord | None:

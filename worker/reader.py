@@ -138,7 +138,11 @@ class LlamaReader:
                 row_logits = np.ctypeslib.as_array(logits, shape=(self._vocab_size,))
                 kept.append(_LogSoftmax(row_logits.copy()))
 
-            self._decode(piece, start=start, keep_from=len(piece) - 1, on_logits=keep)
+            try:
+                self._decode(piece, start=start, keep_from=len(piece) - 1, on_logits=keep)
+            except BaseException:  # the piece may be in the cache without its logits
+                self.forget_prefix()
+                raise
             self._piece, self._piece_next = piece, kept[0]
         assert self._piece_next is not None
         return self._piece_next

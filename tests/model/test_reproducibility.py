@@ -148,3 +148,29 @@ def test_the_options_of_a_question_share_one_read_of_its_piece(default_engine):
     no, yes = plan.rows
     assert no.continuation == yes.continuation == 1  # " no" and " yes" are single tokens
     assert reader.tokens_decoded - before == len(no.suffix) - 1  # the piece, once
+
+
+def test_a_failure_while_reading_a_piece_leaves_the_cache_consistent(default_engine,
+                                                                     monkeypatch):
+    """An error after the piece reached llama.cpp but before the reader noted it: the reader
+    forgets its cache, so the next reads decode from scratch and give the usual numbers."""
+    import worker.reader as reader_module
+
+    reader = default_engine.reader
+    plan = default_engine.engine.plan(parse_request({"state": TICKET,
+                                                     "questions": {"d": DEPARTMENT}}))
+    expected = reader.read(plan.prefix, plan.rows)
+    real = reader_module._LogSoftmax
+    calls = []
+
+    def failing_once(logits):
+        calls.append(1)
+        if len(calls) == 1:
+            raise MemoryError("no room for a copy")
+        return real(logits)
+
+    monkeypatch.setattr(reader_module, "_LogSoftmax", failing_once)
+    with pytest.raises(MemoryError):
+        reader.read(plan.prefix, plan.rows)
+    monkeypatch.setattr(reader_module, "_LogSoftmax", real)
+    assert reader.read(plan.prefix, plan.rows) == expected  # the same state: no stale cells

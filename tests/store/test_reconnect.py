@@ -38,3 +38,30 @@ def test_claim_cancel_check_and_finish_survive_dropped_connections(postgres_url)
         assert done.status == jobs.SUCCEEDED and done.decode_runs == 1
     finally:
         db.dispose()
+
+
+def test_a_claim_whose_reply_was_lost_is_still_ours(db, monkeypatch):
+    """The first try commits, then its connection drops before the reply: the retry finds the
+    job running under this worker and takes it, rather than leaving it running for nobody."""
+    from sqlalchemy.exc import DBAPIError
+
+    job, _ = jobs.create_job(db, owner="o", model="m", priority="background",
+                             request={"state": "s", "questions": {}}, metadata=None,
+                             rows=1, input_tokens=1)
+    real_claim = jobs._claim
+    tries = []
+
+    def committed_then_dropped(db_, job_id, worker_id):
+        tries.append(job_id)
+        claimed = real_claim(db_, job_id, worker_id)
+        if len(tries) == 1:
+            raise DBAPIError("UPDATE jobs", {}, Exception("server closed the connection"),
+                             connection_invalidated=True)
+        return claimed
+
+    monkeypatch.setattr(jobs, "_claim", committed_then_dropped)
+    claimed = jobs.claim_job(db, job.id, "worker-1")
+    assert len(tries) == 2
+    assert claimed is not None and claimed.status == jobs.RUNNING
+    assert claimed.worker_id == "worker-1" and claimed.decode_runs == 1
+    assert jobs.claim_job(db, job.id, "worker-2") is None  # and nobody else's

@@ -36,6 +36,8 @@ class ScriptedReader:
         table = self.prior if is_prior else self.over_state
         out = []
         for row in rows:
+            if before_row is not None:
+                before_row()
             self.rows_read.append((is_prior, row.suffix_text))
             out.append([table[row.suffix_text.rsplit(" ", 1)[-1]], -0.5])
         return out
@@ -160,3 +162,42 @@ def test_option_probabilities_sum_to_one():
     answer = engine_with(reader).decide(
         parse_request({"state": "s", "questions": {"r": ROUTE}})).answers["r"]
     assert math.isclose(sum(answer.probabilities.values()), 1.0, abs_tol=2e-4)
+
+
+def test_a_prior_evicted_by_a_nested_request_is_still_returned():
+    """A foreground request decoded through ``before_row`` may fill the cache meanwhile."""
+    cache = PriorCache(capacity=2)
+    rows = engine_with().plan(parse_request({"state": "s", "questions": {
+        "r": {"type": "choice", "instructions": "Q", "criteria": ["a", "b"]}}})).rows
+    other = engine_with().plan(parse_request({"state": "s", "questions": {
+        "o": {"type": "choice", "instructions": "Other", "criteria": ["c", "d"]}}})).rows
+    values = ScriptedReader({}, {"a": -1.0, "b": -2.0, "c": -3.0, "d": -4.0}, (1,))
+    cache.read(values, (1,), rows[:1])  # "a" kept
+
+    def foreground() -> None:
+        cache.read(values, (1,), other)  # evicts "a"
+
+    assert cache.read(values, (1,), rows, foreground) == [[-1.0, -0.5], [-2.0, -0.5]]
+
+
+def test_priors_of_the_same_tokens_split_elsewhere_are_kept_apart():
+    from decide.rows import Row
+
+    reader = ScriptedReader({}, {"x": -1.0}, (1,))
+    cache = PriorCache()
+    one = Row("a", "q x", (7, 8, 9), continuation=1)
+    two = Row("b", "q x", (7, 8, 9), continuation=2)
+    cache.read(reader, (1,), [one, two])
+    assert cache.rows_read == 2
+
+
+def test_a_prior_row_longer_than_the_window_is_refused_before_decoding():
+    # "N/A" is longer than an empty state: the prior rows are the longest
+    engine = Engine("stock", FakeTokenizer(), None, OPTIONS, context_window=30)
+    question = {"type": "noul", "instructions": "x" * 22}
+    plan_rows = engine_with().plan(parse_request({"state": "", "questions": {"n": question}}))
+    # BOS, "N/A" (3 tokens here), "\n\n" + the question, " yes" (4 tokens here)
+    assert max(length for _, length in plan_rows.row_lengths()) == 1 + 3 + 24 + 4
+    assert max(plan_rows.row_tokens(row) for row in plan_rows.rows) == 1 + 24 + 4
+    with pytest.raises(RequestTooLarge, match="30 tokens"):
+        engine.plan(parse_request({"state": "", "questions": {"n": question}}))
