@@ -169,30 +169,33 @@ def list_jobs(db: Engine, *, owner: str, status: str | None, limit: int,
 T = TypeVar("T")
 
 
-def _again_if_disconnected(operation: Callable[[], T]) -> T:
-    """Run ``operation``; once more when its pooled connection turned out dead (the server
-    restarted). The pool then drops every connection as old, so the second try opens a new
-    one. A worker's engine skips the pre-use ping for speed, and relies on this instead."""
+def _again_if_disconnected(operation: Callable[[], T],
+                           second_try: Callable[[], T] | None = None) -> T:
+    """Run ``operation``; once more (or ``second_try``) when its pooled connection turned out
+    dead (the server restarted). The pool then drops every connection as old, so the second
+    try opens a new one. A worker's engine skips the pre-use ping for speed, and relies on this
+    instead."""
     try:
         return operation()
     except DBAPIError as error:
         if not error.connection_invalidated:
             raise
-        return operation()
+        return (second_try or operation)()
 
 
 def claim_job(db: Engine, job_id: str, worker_id: str | None = None) -> JobRecord | None:
     """queued → running, once: None when the job is gone, taken or finished already.
 
     ``decode_runs`` counts the claims, so every decode execution is on record."""
-    try:
-        return _claim(db, job_id, worker_id)
-    except DBAPIError as error:
-        if not error.connection_invalidated:
-            raise
-    claimed = _claim(db, job_id, worker_id)  # a new connection: see _again_if_disconnected
+    return _again_if_disconnected(lambda: _claim(db, job_id, worker_id),
+                                  lambda: _claim_after_a_drop(db, job_id, worker_id))
+
+
+def _claim_after_a_drop(db: Engine, job_id: str, worker_id: str | None) -> JobRecord | None:
+    """The claim again; the first try may have committed before its reply was lost, and then
+    the job is running under this worker: ours."""
+    claimed = _claim(db, job_id, worker_id)
     if claimed is None and worker_id is not None:
-        # the first try may have committed before its reply was lost: then the job is ours
         job = get_job(db, job_id)
         if job is not None and job.status == RUNNING and job.worker_id == worker_id:
             return job
