@@ -5,13 +5,15 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install start test lint bench
 
-# A virtual environment with the project and its test tools; llama-cpp-python builds from
-# source the first time (a few minutes; pip caches the wheel afterwards).
+# A virtual environment with the project and its test tools. llama-cpp-python is built from
+# source for a portable CPU baseline by ops/build-llama.sh (a few minutes the first time; the
+# wheel is cached per baseline in ~/.cache/decide/wheels), never for the build host's CPU.
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml ops/build-llama.sh
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	ops/build-llama.sh $(PY)
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 

@@ -131,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="front-door processes (distributed setup only; metrics are merged "
                             "through PROMETHEUS_MULTIPROC_DIR)")
     commands.add_parser("migrate", help="apply the database migrations")
+    check = commands.add_parser("check", help="decode the self-check probe in a runner "
+                                "process, as a worker does before it serves, and report")
+    check.add_argument("--model", help="a configured model (default: the default model)")
+    check.add_argument("--json", action="store_true", help="print what was found as JSON")
     status = commands.add_parser("status", help="lanes, depths, ages, throughput and workers")
     add_service_args(status, service_url)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
@@ -146,11 +150,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from decide.client.errors import APIError
 
     args = build_parser().parse_args(argv)
+    if _decodes_in_process(args):
+        from infra.settings import Settings
+        from worker.in_process import use_runner_build
+
+        use_runner_build(Settings())
     handlers = {"run": run_command, "serve": serve_command, "migrate": migrate_command,
                 "worker": worker_command, "status": status_command, "models": models_command,
                 "submit": submit_command, "job": job_command, "batch": batch_command,
                 "results": results_command, "eval": eval_command,
-                "calibrate": calibrate_command}
+                "calibrate": calibrate_command, "check": check_command}
     try:
         return handlers[args.command](args)
     except (UsageError, DecideError, ConfigError, ValueError) as error:
@@ -160,6 +169,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as error:  # httpx's connection errors included
         print(f"decide: {error}", file=sys.stderr)
     return 1
+
+
+def _decodes_in_process(args: argparse.Namespace) -> bool:
+    """Commands that load a model here: they decode with the build the runners use."""
+    if args.command == "run":
+        return not args.url and not args.rows
+    return args.command == "calibrate" or (args.command == "eval" and not args.url)
 
 
 def describe(error: Exception) -> str:
@@ -355,6 +371,23 @@ def serve_command(args: argparse.Namespace) -> int:
 
     uvicorn.run(make_app(), host=host, port=port, log_level="info")
     return 0
+
+
+def check_command(args: argparse.Namespace) -> int:
+    """Exit 0 when the probe decoded right; 1 with the cause and the remedy otherwise."""
+    import logging
+
+    from infra.settings import Settings
+    from worker.check import format_check, run_check
+
+    logging.getLogger("decide.worker").setLevel(logging.CRITICAL)  # the report says it once
+    passed, info, problem = run_check(Settings(), args.model)
+    if args.json:
+        print(json.dumps({"ok": passed, "problem": None if passed else problem, **info},
+                         indent=2))
+    else:
+        print(format_check(passed, info, problem), end="")
+    return 0 if passed else 1
 
 
 def migrate_command(_: argparse.Namespace | None = None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -28,6 +29,10 @@ class Settings(BaseSettings):
     """A TOML or JSON file that configures models by name (see README, Configuration)."""
     threads: int | None = None
     """Threads per model when its configuration names none (default: all cores)."""
+    cpu_variant: Literal["auto", "baseline"] = "auto"
+    """Which llama.cpp build a runner loads: ``auto`` tries the faster variant where the host
+    reports its extensions and keeps it once it passes the probe; ``baseline`` always loads the
+    portable build (see ops/build-llama.sh)."""
     gpu_layers: int = 0
     """Layers offloaded to a GPU when a model's configuration names none (-1: all)."""
 
@@ -49,6 +54,10 @@ class Settings(BaseSettings):
     """Where ``decide worker`` serves its Prometheus metrics (0: nowhere)."""
     retention_days: float = 30.0
     """Finished jobs older than this are purged."""
+    max_attempts: int = Field(default=3, ge=1)
+    """How many times a job may be claimed by a worker that then died (a killed process, a
+    crashed decoding runner) before the job ends ``failed`` with ``worker_crashed``: a job that
+    crashes workers would otherwise crash every worker in turn, for ever."""
 
     @property
     def embedded(self) -> bool:

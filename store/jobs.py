@@ -2,7 +2,8 @@
 two workers (or a redelivery) try to take is taken once, and a finished job stays finished.
 
     queued ──claim──▶ running ──finish──▶ succeeded | failed | cancelled
-      └──cancel──▶ cancelled
+      └──cancel──▶ cancelled   └──its worker died──▶ queued, or failed (worker_crashed) once
+                                                     it has used up DECIDE_MAX_ATTEMPTS claims
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Connection, Engine, func, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from store.tables import batches, jobs, usage, workers
@@ -28,6 +29,8 @@ STATUSES = (QUEUED, RUNNING, *FINISHED)
 PRIORITIES = ("foreground", "background")
 PURGE_EVERY_SECONDS = 3600.0
 """How often a worker applies retention (``purge_finished_before``)."""
+WORKER_CRASHED = "worker_crashed"
+"""The error type of a job given up on: every worker that claimed it died while decoding it."""
 
 
 _id_lock = threading.Lock()
@@ -317,14 +320,90 @@ def forget_sent(db: Engine, *, model: str, priority: str, sent_before: float) ->
             .values(sent_at=None)).rowcount
 
 
-def requeue_abandoned(db: Engine, *, alive_since: float) -> int:
-    """Jobs running on a worker that stopped beating go back to the queue, to be sent again."""
-    alive = select(workers.c.id).where(workers.c.last_seen >= alive_since)
+def crashed_error(attempts: int, max_attempts: int, cause: str | None = None) -> dict[str, str]:
+    """The error of a job that crashed its worker ``attempts`` times: it is not tried again, so
+    that a job which kills workers does not kill every worker in turn."""
+    times = "once" if attempts == 1 else f"{attempts} times"
+    last = f" (the last time, {cause})" if cause else ""
+    return {"error_type": WORKER_CRASHED,
+            "message": f"the worker died {times} while decoding this job{last}; it is not "
+                       f"tried again (DECIDE_MAX_ATTEMPTS is {max_attempts})"}
+
+
+def _requeue(connection: Connection, where: tuple[Any, ...], max_attempts: int) -> int:
+    """Running jobs with attempts left go back to the queue, to be sent (and claimed) again."""
+    return connection.execute(
+        update(jobs).where(*where, jobs.c.decode_runs < max_attempts)
+        .values(status=QUEUED, started_at=None, worker_id=None, sent_at=None)).rowcount
+
+
+def _fail_crashed(connection: Connection, where: tuple[Any, ...], max_attempts: int,
+                  cause: str | None) -> list[str]:
+    """Running jobs without attempts left end failed; ids of those that did. One conditional
+    UPDATE per attempt count (the message names it), so a job finished meanwhile stays so."""
+    counts = connection.execute(select(jobs.c.decode_runs).distinct().where(
+        *where, jobs.c.decode_runs >= max_attempts)).scalars().all()
+    failed: list[str] = []
+    for attempts in counts:
+        error = _dumps(crashed_error(attempts, max_attempts, cause))
+        failed += connection.execute(
+            update(jobs).where(*where, jobs.c.decode_runs == attempts)
+            .values(status=FAILED, error=error, finished_at=time.time())
+            .returning(jobs.c.id)).scalars().all()
+    return failed
+
+
+def _settle_crashed(db: Engine, where: tuple[Any, ...], max_attempts: int,
+                    cause: str | None) -> tuple[int, list[str]]:
+    """Jobs whose worker died: re-queued, or failed at the limit; one transaction. Each UPDATE
+    tests the attempts itself, so a job is never re-queued past the limit even when ``where``
+    reads differently between the two statements (a worker beating in between)."""
     with db.begin() as connection:
-        return connection.execute(
-            update(jobs).where(jobs.c.status == RUNNING, jobs.c.worker_id.is_not(None),
-                               jobs.c.worker_id.not_in(alive))
-            .values(status=QUEUED, started_at=None, worker_id=None, sent_at=None)).rowcount
+        failed = _fail_crashed(connection, where, max_attempts, cause)
+        return _requeue(connection, where, max_attempts), failed
+
+
+def requeue_abandoned(db: Engine, *, alive_since: float,
+                      max_attempts: int) -> tuple[int, list[str]]:
+    """Jobs running on a worker that stopped beating go back to the queue, to be sent again;
+    those claimed ``max_attempts`` times already end failed (``worker_crashed``) instead.
+    Returns how many were re-queued, and the ids of those that failed."""
+    alive = select(workers.c.id).where(workers.c.last_seen >= alive_since)
+    where = (jobs.c.status == RUNNING, jobs.c.worker_id.is_not(None),
+             jobs.c.worker_id.not_in(alive))
+    return _settle_crashed(db, where, max_attempts, "it stopped sending heartbeats")
+
+
+def release_crashed(db: Engine, job_id: str, *, max_attempts: int, worker_id: str | None = None,
+                    cause: str | None = None) -> str | None:
+    """A running job whose decoding process crashed while its worker lived on: back to the
+    queue with attempts left, else failed (``worker_crashed``). With ``worker_id``, only while
+    that worker holds it. Returns the new status; None when the job was not running (any more,
+    e.g. finished meanwhile), or not that worker's."""
+    where: tuple[Any, ...] = (jobs.c.id == job_id, jobs.c.status == RUNNING)
+    if worker_id is not None:
+        where = (*where, jobs.c.worker_id == worker_id)
+    requeued, failed = _again_if_disconnected(
+        lambda: _settle_crashed(db, where, max_attempts, cause))
+    if requeued:
+        return QUEUED
+    return FAILED if failed else None
+
+
+def unclaim(db: Engine, job_id: str, *, worker_id: str | None = None) -> bool:
+    """running → queued, the claim not counted: a worker took the job but had no runner ready
+    to decode it (nothing ran, so it is no attempt). False when the job was not ours."""
+    where: tuple[Any, ...] = (jobs.c.id == job_id, jobs.c.status == RUNNING)
+    if worker_id is not None:
+        where = (*where, jobs.c.worker_id == worker_id)
+
+    def release() -> bool:
+        with db.begin() as connection:
+            return connection.execute(update(jobs).where(*where).values(
+                status=QUEUED, started_at=None, worker_id=None, sent_at=None,
+                decode_runs=jobs.c.decode_runs - 1)).rowcount == 1
+
+    return _again_if_disconnected(release)
 
 
 def cancel_job(db: Engine, job_id: str, owner: str) -> JobRecord | None:
@@ -351,13 +430,15 @@ def cancel_requested(db: Engine, job_id: str) -> bool:
     return _again_if_disconnected(read)
 
 
-def requeue_running(db: Engine, model: str | None = None) -> int:
-    """Put jobs left running by a process that died back in the queue (embedded start-up)."""
-    query = update(jobs).where(jobs.c.status == RUNNING)
+def requeue_running(db: Engine, model: str | None = None, *,
+                    max_attempts: int) -> tuple[int, list[str]]:
+    """Put jobs left running by a process that died back in the queue (embedded start-up);
+    those claimed ``max_attempts`` times already end failed (``worker_crashed``) instead.
+    Returns how many were re-queued, and the ids of those that failed."""
+    where: tuple[Any, ...] = (jobs.c.status == RUNNING,)
     if model is not None:
-        query = query.where(jobs.c.model == model)
-    with db.begin() as connection:
-        return connection.execute(query.values(status=QUEUED, started_at=None)).rowcount
+        where = (*where, jobs.c.model == model)
+    return _settle_crashed(db, where, max_attempts, "the process stopped while it ran")
 
 
 def queued_jobs(db: Engine, model: str | None = None) -> list[tuple[str, str, str]]:

@@ -1,8 +1,16 @@
-"""Shared fixtures: the real embedded default model, loaded once per test session."""
+"""Shared fixtures: the real embedded default model, loaded once per test session.
+
+Before any test module imports llama_cpp, this process takes the llama.cpp build the runners
+use on this host (``worker.in_process``), so in-process answers and the service's agree."""
 
 from __future__ import annotations
 
 import pytest
+
+from infra.settings import Settings
+from worker.in_process import use_runner_build
+
+use_runner_build(Settings())
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,11 @@
 """``decide worker --model NAME``: a Celery worker that holds one loaded model.
 
 One process, solo pool, one message in hand (prefetch 1), queues polled strictly
-foreground first. The model is loaded once, before the worker takes anything; a heartbeat
-thread says the worker is alive; a delivery thread keeps the lanes fed from the database.
+foreground first. The model is loaded by a runner child process (``worker.runner``), which
+decodes a probe before the worker takes anything; a crash in llama.cpp kills the runner, not
+the worker, which puts the job back (or ends it ``worker_crashed`` after
+``DECIDE_MAX_ATTEMPTS`` tries) and starts a new runner. A heartbeat thread says the worker is
+alive; a delivery thread keeps the lanes fed from the database.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 
 from prometheus_client import start_http_server
@@ -24,7 +28,7 @@ from store.db import make_engine
 from store.workers import Heartbeat
 from worker.delivery import Delivery
 from worker.execute import CancelledJobs, run_job
-from worker.loading import load_decoding_engine
+from worker.runner_client import Runner, RunnerEngine
 
 log = logging.getLogger("decide.worker")
 FOREGROUND_LOOK_SECONDS = 0.02
@@ -40,7 +44,13 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
         raise SystemExit("decide worker needs DECIDE_BROKER_URL (and DECIDE_DATABASE_URL)")
     catalog = load_catalog(settings)
     config = catalog.get(model_name)
-    loaded = load_decoding_engine(config, settings)
+    runner = Runner(settings, config.name)
+    runner.start()
+    if not runner.wait_ready(Runner.START_TIMEOUT_SECONDS):
+        runner.stop()
+        raise SystemExit(f"decide worker: the decoding runner of {config.name!r} failed its "
+                         f"self-check: {runner.problem}")
+    engine = RunnerEngine(runner, config.name)
     metrics.model_loaded.labels(config.name).set(1)
     if metrics_port:
         try:
@@ -57,7 +67,7 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
     def engine_for(model: str):
         if model != config.name:
             raise RuntimeError(f"worker of {config.name!r} got a job for {model!r}")
-        return loaded.engine
+        return engine
 
     last_look = [0.0]
 
@@ -69,13 +79,24 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
         last_look[0] = now
         while (waiting := broker.take_waiting(config.name, "foreground")) is not None:
             run_job(waiting, db=db, engine_for=engine_for, worker_id=worker_id,
-                    on_finished=broker.publish_finished, cancelled=cancelled)
+                    on_finished=broker.publish_finished, cancelled=cancelled,
+                    max_attempts=settings.max_attempts)
 
-    @broker.celery.task(name=TASK_NAME, acks_late=True)
+    @broker.celery.task(name=TASK_NAME)
     def run_job_task(job_id: str) -> str | None:
+        if not _await_runner(runner):
+            # the job stays queued (never claimed); the delivery loop sends it again
+            log.critical("decoding runner of %s cannot start again: %s; this worker stops",
+                         config.name, runner.problem)
+            failed.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+            return None
         return run_job(job_id, db=db, engine_for=engine_for, worker_id=worker_id,
                        on_finished=broker.publish_finished, cancelled=cancelled,
-                       yield_to_foreground=serve_foreground_first)
+                       yield_to_foreground=serve_foreground_first,
+                       max_attempts=settings.max_attempts)
+
+    failed = threading.Event()
 
     cancelled = CancelledJobs()
     ChannelListener(settings.broker_url, CANCEL_CHANNEL, cancelled.add).start()
@@ -83,7 +104,8 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
     heartbeat = Heartbeat(db, worker_id=worker_id, model=config.name,
                           metrics_port=metrics_port)
     delivery = Delivery(db=db, broker=broker, models=list(catalog.models),
-                        retention_days=settings.retention_days)
+                        retention_days=settings.retention_days,
+                        max_attempts=settings.max_attempts)
     # Until Celery installs its own handlers, a SIGTERM must still unwind through `finally`,
     # so a worker stopped while starting leaves at once instead of looking alive for 10 s.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -101,4 +123,16 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
         heartbeat.stop()
         delivery.stop()
         metrics.model_loaded.labels(config.name).set(0)
-        loaded.close()
+        runner.stop()
+    if failed.is_set():
+        raise SystemExit(f"decide worker: the decoding runner of {config.name!r} could not "
+                         f"start again: {runner.problem}")
+
+
+def _await_runner(runner: Runner) -> bool:
+    """Wait for a runner that is starting again after a crash; False when it cannot."""
+    deadline = time.monotonic() + Runner.START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if runner.wait_ready(1.0):
+            return True
+    return False

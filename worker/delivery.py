@@ -7,7 +7,9 @@ transport lost:
     batch item waiting its turn) is sent when its lane has room;
   * when a lane's list and the workers' in-hand messages hold fewer jobs than the database
     says were sent (Redis restarted empty, FLUSHALL), those jobs are sent again;
-  * a job running on a worker that stopped beating (SIGKILL) goes back to the queue.
+  * a job running on a worker that stopped beating (SIGKILL) goes back to the queue, unless
+    workers died on it ``max_attempts`` times already: then it ends failed (worker_crashed),
+    and whoever waits on it is told.
 Sending a job twice is harmless: a worker claims it with a conditional UPDATE or skips it.
 """
 
@@ -38,8 +40,9 @@ _LOCK_KEY = 0x6465636964  # "decid"
 
 class Delivery:
     def __init__(self, *, db: Database, broker: Broker, models: list[str],
-                 retention_days: float = 30.0) -> None:
+                 retention_days: float = 30.0, max_attempts: int = 3) -> None:
         self._db = db
+        self._max_attempts = max_attempts
         self._retention_seconds = retention_days * 86400
         self._last_purge = 0.0
         self._broker = broker
@@ -94,9 +97,7 @@ class Delivery:
         alive = live_counts(self._db, now=now) if repairing else {}
         if repairing:
             self._last_repair = now
-            requeued = jobs.requeue_abandoned(self._db, alive_since=now - DEAD_AFTER_SECONDS)
-            if requeued:
-                log.warning("re-queued %d jobs of workers that stopped", requeued)
+            self._repair_abandoned(alive_since=now - DEAD_AFTER_SECONDS)
             forget_dead(self._db, older_than=now - 10 * DEAD_AFTER_SECONDS)
         if now - self._last_purge >= jobs.PURGE_EVERY_SECONDS:
             self._last_purge = now
@@ -106,6 +107,20 @@ class Delivery:
             for priority in LANES:
                 self._refill(model, priority, lengths[(model, priority)], alive.get(model, 0),
                              now, repairing)
+
+    def _repair_abandoned(self, *, alive_since: float) -> None:
+        """Jobs of workers that stopped: re-queued, or failed once out of attempts; a failed
+        one is announced, so a front door waiting on it answers now rather than at its
+        timeout."""
+        requeued, failed = jobs.requeue_abandoned(self._db, alive_since=alive_since,
+                                                  max_attempts=self._max_attempts)
+        if requeued:
+            log.warning("re-queued %d jobs of workers that stopped", requeued)
+        if failed:
+            log.warning("%d jobs failed with %s, their workers having died %d times or more: %s",
+                        len(failed), jobs.WORKER_CRASHED, self._max_attempts, ", ".join(failed))
+        for job_id in failed:
+            self._broker.publish_finished(job_id)
 
     def _refill(self, model: str, priority: str, in_redis: int, workers: int,
                 now: float, repairing: bool) -> None:

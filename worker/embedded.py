@@ -1,8 +1,12 @@
-"""The embedded worker: one thread in the API process, holding the models it decodes with.
+"""The embedded worker: one thread in the API process that runs jobs, and a runner child process
+(``worker.runner``) that holds the models and decodes them.
 
 It is the embedded setup's transport (``JobQueue``): job ids go into an in-memory priority
 queue, foreground before background; everything else goes through ``worker.execute.run_job``
-and the database, exactly as a Celery worker does.
+and the database, exactly as a Celery worker does. A crash in llama.cpp kills only the runner:
+the front door keeps answering, ``/ready`` says 503 until a new runner has loaded its model and
+passed its probe (which happens by itself), and the job that was running goes back to the queue
+(or ends ``worker_crashed`` once it has been tried ``DECIDE_MAX_ATTEMPTS`` times).
 """
 
 from __future__ import annotations
@@ -16,47 +20,49 @@ import time
 
 from sqlalchemy import Engine as Database
 
-from decide.engine import Engine
 from infra import metrics
-from infra.engines import LoadedEngine
 from infra.events import JobEvents
 from infra.models import Catalog
 from infra.settings import Settings
 from store import jobs
 from store.workers import Heartbeat
 from worker.execute import CancelledJobs, run_job
-from worker.loading import load_decoding_engine
+from worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
 
 log = logging.getLogger("decide.worker")
 _LANE_ORDER = {"foreground": 0, "background": 1}
+READY_POLL_SECONDS = 0.5
 
 
 class EmbeddedWorker:
     def __init__(self, *, db: Database, catalog: Catalog, settings: Settings,
-                 events: JobEvents) -> None:
+                 events: JobEvents, runner: Runner | None = None) -> None:
         self._db = db
         self._catalog = catalog
         self._settings = settings
         self._events = events
         self._queue: queue.PriorityQueue[tuple[int, int, str]] = queue.PriorityQueue()
         self._order = itertools.count()
-        self._engines: dict[str, LoadedEngine] = {}
+        self._runner = runner or Runner(settings, catalog.default)
         self._thread = threading.Thread(target=self._loop, name="decide-worker", daemon=True)
         self._stopping = threading.Event()
-        self.load_error: str | None = None
         self.cancelled = CancelledJobs()
 
+    @property
+    def runner(self) -> Runner:
+        return self._runner
+
     def start(self) -> None:
-        """Load the default model, take back jobs a previous process left, and start."""
-        try:
-            self.engine_for(self._catalog.default)
-        except Exception as error:  # reported by /ready, not a crash
-            self.load_error = str(error)
-            log.error("cannot load the default model: %s", error)
+        """Start the runner (it loads the default model and decodes the probe), take back the
+        jobs a previous process left, and start taking jobs once the runner is ready."""
+        self._runner.start()
         self._heartbeat = Heartbeat(self._db, worker_id=f"embedded:{os.getpid()}",
                                     model=self._catalog.default)
         self._heartbeat.start()
-        jobs.requeue_running(self._db)
+        _, failed = jobs.requeue_running(self._db, max_attempts=self._settings.max_attempts)
+        for job_id in failed:
+            log.error("job %s ended worker_crashed: the process running it died %d times",
+                      job_id, self._settings.max_attempts)
         for job_id, model, priority in jobs.queued_jobs(self._db):
             self.send(job_id, model, priority)
         self._thread.start()
@@ -72,36 +78,62 @@ class EmbeddedWorker:
         self.cancelled.add(job_id)
 
     def ready(self) -> tuple[bool, str]:
-        if self.load_error is not None:
-            return False, f"the default model could not be loaded: {self.load_error}"
         if not self._thread.is_alive():
             return False, "the in-process worker is not running"
-        return True, "in-process worker running"
+        if not self._runner.serving:
+            return False, f"the decoding runner is not ready: {self._runner.problem or 'it died'}"
+        return True, f"decoding runner {self._runner.pid} ready"
 
-    def engine_for(self, model: str) -> Engine:
-        if model not in self._engines:
-            self._engines[model] = load_decoding_engine(self._catalog.get(model),
-                                                        self._settings)
-            metrics.model_loaded.labels(model).set(1)
-        return self._engines[model].engine
+    def _engine_for(self, model: str) -> RunnerEngine:
+        if model not in self._catalog.models:
+            raise RuntimeError(f"no model {model!r} is configured")
+        return RunnerEngine(self._runner, model)
+
+    def _requeue(self, job_id: str) -> None:
+        """A job whose runner died (or was not ready) goes back in line."""
+        job = jobs.get_job(self._db, job_id)
+        if job is not None and job.status == jobs.QUEUED:
+            self.send(job_id, job.model, job.priority)
 
     def _loop(self) -> None:
         last_purge = 0.0
+        was_ready = False
         while not self._stopping.is_set():
             if time.time() - last_purge >= jobs.PURGE_EVERY_SECONDS:
                 last_purge = time.time()
-                jobs.purge_finished_before(
-                    self._db, last_purge - self._settings.retention_days * 86400)
-            try:
-                _, _, job_id = self._queue.get(timeout=0.5)
-            except queue.Empty:
+                self._purge(last_purge - self._settings.retention_days * 86400)
+            ready = self._runner.wait_ready(READY_POLL_SECONDS)
+            if ready != was_ready:
+                metrics.model_loaded.labels(self._catalog.default).set(1 if ready else 0)
+                was_ready = ready
+            if not ready:
                 continue
             try:
-                run_job(job_id, db=self._db, engine_for=self.engine_for,
-                        on_finished=self._events.publish, cancelled=self.cancelled,
-                        yield_to_foreground=self._serve_foreground_first)
-            except Exception:  # the loop must outlive any one job
-                log.exception("job %s could not be run", job_id)
+                _, _, job_id = self._queue.get(timeout=READY_POLL_SECONDS)
+            except queue.Empty:
+                continue
+            self._run(job_id)
+
+    def _run(self, job_id: str, nested: bool = False) -> None:
+        try:
+            run_job(job_id, db=self._db, engine_for=self._engine_for,
+                    on_finished=self._events.publish, cancelled=self.cancelled,
+                    yield_to_foreground=None if nested else self._serve_foreground_first,
+                    max_attempts=self._settings.max_attempts, on_requeued=self._requeue)
+        except RunnerUnavailable as unavailable:
+            log.error("job %s waits: %s", job_id, unavailable)
+            if nested:
+                raise
+        except Exception:  # the loop must outlive any one job
+            log.exception("job %s could not be run", job_id)
+            if nested:
+                raise
+
+    def _purge(self, cutoff: float) -> None:
+        try:
+            jobs.purge_finished_before(self._db, cutoff)
+        except Exception:  # retention waits for the next round; jobs keep running
+            log.exception("retention could not run")
 
     def _serve_foreground_first(self) -> None:
         """Between background rows: decode every foreground job waiting meanwhile."""
@@ -111,13 +143,11 @@ class EmbeddedWorker:
                 if not waiting or waiting[0][0] != _LANE_ORDER["foreground"]:
                     return
             _, _, job_id = self._queue.get_nowait()
-            run_job(job_id, db=self._db, engine_for=self.engine_for,
-                    on_finished=self._events.publish, cancelled=self.cancelled)
+            self._run(job_id, nested=True)
 
     def stop(self) -> None:
         self._stopping.set()
         self._heartbeat.stop()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
-        for loaded in self._engines.values():
-            loaded.close()
+        self._runner.stop()

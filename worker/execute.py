@@ -10,19 +10,28 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, Protocol
 
 from sqlalchemy import Engine as Database
 
-from decide.engine import Engine
+from decide.engine import Decision
 from decide.errors import DecideError
 from decide.protocol import parse_request
 from infra import metrics
 from store import jobs
+from worker.runner_client import RunnerCrashed, RunnerUnavailable
 
 log = logging.getLogger("decide.worker")
 CANCEL_CHECK_SECONDS = 1.0
 """How often a running job reads its cancel flag from the database. The front door also
 announces a cancel to the workers, who then stop before the next row without reading."""
+
+
+class DecisionEngine(Protocol):
+    """What a job needs of an engine: ``decide.engine.Engine`` or a runner's ``RunnerEngine``."""
+
+    def decide(self, request: Any, before_row: Callable[[], None] | None = None) -> Decision:
+        ...
 
 
 class CancelledJobs:
@@ -47,19 +56,60 @@ class Cancelled(Exception):
     """The job was cancelled while it ran; it stops before its next row."""
 
 
-def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Engine],
+def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], DecisionEngine],
             on_finished: Callable[[str], None] | None = None,
             worker_id: str | None = None,
             yield_to_foreground: Callable[[], None] | None = None,
-            cancelled: CancelledJobs | None = None) -> str | None:
-    """Decode ``job_id`` once; returns its final status, or None when it was not ours to run
-    (already taken, finished or cancelled: a redelivery is never decoded twice).
+            cancelled: CancelledJobs | None = None,
+            max_attempts: int = 3,
+            on_requeued: Callable[[str], None] | None = None) -> str | None:
+    """Decode ``job_id`` once; returns its final status, ``queued`` when the runner died under
+    it and it goes back to the queue, or None when it was not ours to run (already taken,
+    finished or cancelled: a redelivery is never decoded twice).
 
     A background job calls ``yield_to_foreground`` before each row: it decodes any foreground
-    job waiting meanwhile, so a foreground job waits at most for one background row."""
+    job waiting meanwhile, so a foreground job waits at most for one background row. A job
+    whose runner died (``RunnerCrashed``) is queued again, through ``on_requeued``, until it
+    has been claimed ``max_attempts`` times; then it ends failed with ``worker_crashed``."""
     job = jobs.claim_job(db, job_id, worker_id)
     if job is None:
         return None
+    try:
+        return _decode_claimed(job, db=db, engine_for=engine_for, on_finished=on_finished,
+                               yield_to_foreground=yield_to_foreground, cancelled=cancelled)
+    except RunnerCrashed as crash:
+        return _after_crash(job, db=db, cause=str(crash), worker_id=worker_id,
+                            max_attempts=max_attempts, on_finished=on_finished,
+                            on_requeued=on_requeued)
+    except RunnerUnavailable:
+        jobs.unclaim(db, job_id, worker_id=worker_id)
+        if on_requeued is not None:
+            on_requeued(job_id)
+        raise
+
+
+def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: str | None,
+                 max_attempts: int, on_finished: Callable[[str], None] | None,
+                 on_requeued: Callable[[str], None] | None) -> str | None:
+    status = jobs.release_crashed(db, job.id, max_attempts=max_attempts, worker_id=worker_id,
+                                  cause=cause)
+    log.error("job %s: %s; the job is %s (claimed %d of at most %d times)", job.id, cause,
+              status, job.decode_runs, max_attempts)
+    if status == jobs.QUEUED and on_requeued is not None:
+        on_requeued(job.id)
+    if status == jobs.FAILED:
+        metrics.jobs_finished.labels(job.model, job.priority, status).inc()
+        if on_finished is not None and job.batch_id is None:
+            on_finished(job.id)
+    return status
+
+
+def _decode_claimed(job: jobs.JobRecord, *, db: Database,
+                    engine_for: Callable[[str], DecisionEngine],
+                    on_finished: Callable[[str], None] | None,
+                    yield_to_foreground: Callable[[], None] | None,
+                    cancelled: CancelledJobs | None) -> str:
+    job_id = job.id
     started = time.perf_counter()
     status, result, error, tokens = jobs.FAILED, None, None, None
 
@@ -89,6 +139,8 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Engine],
             metrics.rows_total.labels(job.model, question_type).inc(count)
     except Cancelled:
         status = jobs.CANCELLED
+    except (RunnerCrashed, RunnerUnavailable):  # the job is released, not finished
+        raise
     except DecideError as failure:  # the front door checked it; the model disagrees
         error = {"error_type": "invalid_request_error", "message": str(failure)}
     except Exception as failure:  # a job always ends, whatever broke

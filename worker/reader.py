@@ -16,7 +16,6 @@ a pruned window could not be rewound to the end of the prefix.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +24,7 @@ import numpy as np
 
 from decide.rows import Row
 from infra.gguf import GgufModel
+from worker.threads import default_threads
 
 DEFAULT_BATCH = 512
 
@@ -42,7 +42,8 @@ class LlamaReader:
         params.n_ctx = context_size
         params.n_batch = params.n_ubatch = batch_size
         params.n_seq_max = 1
-        params.n_threads = params.n_threads_batch = threads or os.cpu_count() or 1
+        self.threads = threads or default_threads()
+        params.n_threads = params.n_threads_batch = self.threads
         params.swa_full = True
         if gpu_offload == 0:
             # Measured on CPU: flash attention makes the short suffix batches about 25% slower

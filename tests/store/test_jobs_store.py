@@ -115,7 +115,7 @@ def test_lists_lanes_and_retention(db):
     assert [job_id for job_id, _, _ in jobs.queued_jobs(db)] == [ids[1], ids[0], ids[2]]
     assert jobs.queued_rows(db, model="m", priority="background") == 2
     jobs.claim_job(db, ids[0])
-    assert jobs.requeue_running(db) == 1
+    assert jobs.requeue_running(db, max_attempts=3) == (1, [])
     jobs.finish_job(db, jobs.claim_job(db, ids[0]), status=jobs.SUCCEEDED, result={})
     assert jobs.purge_finished_before(db, cutoff=0) == 0
     assert jobs.purge_finished_before(db, cutoff=10**12) == 3  # 1 finished, 2 expired

@@ -1,0 +1,134 @@
+"""A crash in llama.cpp kills the embedded setup's runner, never its front door.
+
+Real ``decide serve`` processes; the runner is killed with SIGKILL by the test, or made to
+fault with a real SIGSEGV by the runner's test-only switch (``DECIDE_TEST_RUNNER_FAULT``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import httpx
+import pytest
+
+from launch.local import await_ready
+from tests.api.conftest import Server
+from tests.slow_work import distinct_nouls
+
+POISON = "POISON-PILL-7f3a"
+ONCE = "SEGFAULT-ONCE-91c2"
+
+
+@pytest.fixture(scope="module")
+def crashing_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("crashing-server")
+    server = Server(root, {
+        "DECIDE_API_KEYS": "", "DECIDE_MAX_ATTEMPTS": "3",
+        "DECIDE_TEST_RUNNER_FAULT": f"segfault:{POISON}"})
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def once_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("once-server")
+    server = Server(root, {"DECIDE_API_KEYS": "",
+                           "DECIDE_TEST_RUNNER_FAULT": f"segfault-once:{ONCE}:{root / 'faulted'}"})
+    yield server
+    server.stop()
+
+
+def runner_pid(client: httpx.Client) -> int:
+    detail = client.get("/ready").json()["checks"]["workers"]["detail"]
+    found = re.search(r"runner (\d+) ready", detail)
+    assert found, detail
+    return int(found.group(1))
+
+
+def submit(client: httpx.Client, state: str, questions: dict, priority: str = "foreground"
+           ) -> str:
+    response = client.post("/v1/jobs", json={"state": state, "questions": questions,
+                                             "priority": priority})
+    assert response.status_code == 202, response.text
+    return response.json()["id"]
+
+
+def wait_status(client: httpx.Client, job_id: str, statuses: tuple[str, ...],
+                seconds: float = 120) -> dict:
+    deadline = time.monotonic() + seconds
+    job: dict = {}
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in statuses:
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job never reached {statuses}: {job}")
+
+
+def watch_readiness_through_a_restart(client: httpx.Client, seconds: float = 120) -> list[int]:
+    """/health and /ready codes from now until /ready is 200 again; /health must stay 200."""
+    codes: list[int] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert client.get("/health").status_code == 200
+        codes.append(client.get("/ready").status_code)
+        if codes[-1] == 200 and 503 in codes:
+            return codes
+        time.sleep(0.05)
+    raise AssertionError(f"/ready never came back: {codes}")
+
+
+def test_sigkill_of_the_runner_mid_job_requeues_the_job_onto_a_new_runner(once_server):
+    with once_server.client() as client:
+        pid = runner_pid(client)
+        job_id = submit(client, "A long ticket about a refund.", distinct_nouls(60))
+        wait_status(client, job_id, ("running",))
+        os.kill(pid, signal.SIGKILL)
+        watch_readiness_through_a_restart(client)
+        assert runner_pid(client) != pid
+        job = wait_status(client, job_id, ("succeeded", "failed"))
+        assert job["status"] == "succeeded", job
+        assert len(job["result"]["answers"]) == 60
+        assert once_server.alive()
+
+
+def test_a_segfault_in_the_runner_leaves_the_front_door_up_and_the_job_finishes(once_server):
+    with once_server.client() as client:
+        pid = runner_pid(client)
+        job_id = submit(client, f"{ONCE}: charged twice, refund please.",
+                        {"refund": {"type": "noul", "instructions": "A refund?"}})
+        codes = watch_readiness_through_a_restart(client)
+        assert 503 in codes
+        assert runner_pid(client) != pid
+        job = wait_status(client, job_id, ("succeeded", "failed"))
+        assert job["status"] == "succeeded", job
+        assert 0.0 <= job["result"]["answers"]["refund"]["noul"] <= 1.0
+        assert once_server.alive()
+
+
+def test_a_job_that_kills_every_runner_ends_worker_crashed_and_others_are_served(
+        crashing_server):
+    with crashing_server.client() as client:
+        poison = submit(client, f"{POISON} in a ticket",
+                        {"refund": {"type": "noul", "instructions": "A refund?"}})
+        healthy = submit(client, "Where is my parcel?",
+                         {"late": {"type": "noul", "instructions": "Is the parcel late?"}},
+                         priority="background")
+        job = wait_status(client, poison, ("succeeded", "failed", "cancelled"), seconds=180)
+        assert job["status"] == "failed"
+        assert job["error"]["error_type"] == "worker_crashed"
+        assert "3 times" in job["error"]["message"]
+        assert "SIGSEGV" in job["error"]["message"]
+        assert "DECIDE_MAX_ATTEMPTS" in job["error"]["message"]
+        assert wait_status(client, healthy, ("succeeded",), seconds=180)["status"] == "succeeded"
+        assert await_ready(crashing_server.url, 120)
+        # a sync call for the poison job answers with the cause, and the service stays up
+        answer = client.post("/v1/systemone", json={
+            "state": f"{POISON} again",
+            "questions": {"refund": {"type": "noul", "instructions": "A refund?"}}})
+        assert answer.status_code == 500
+        assert answer.json()["detail"]["error_type"] == "worker_crashed"
+        assert crashing_server.alive()

@@ -1,0 +1,133 @@
+"""The decoding runner as a worker uses it: a real child process with the embedded model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from decide.protocol import parse_request
+from infra.settings import Settings
+from tests.slow_work import distinct_nouls
+from worker.probe import PROBE_REQUEST
+from worker.runner_client import FAILED, READY, Runner, RunnerUnavailable
+from worker.variants import Variant, installed_baseline
+
+pytestmark = pytest.mark.model
+
+
+def installed_library_dir() -> Path:
+    spec = importlib.util.find_spec("llama_cpp")
+    assert spec is not None and spec.submodule_search_locations
+    return Path(next(iter(spec.submodule_search_locations))) / "lib"
+
+
+@pytest.fixture(scope="module")
+def runner():
+    made = Runner(Settings())
+    made.start()
+    assert made.wait_ready(300), made.problem
+    yield made
+    made.stop()
+
+
+def test_a_runner_answers_with_the_same_bits_as_the_engine_in_process(runner, default_engine):
+    request = parse_request({**PROBE_REQUEST, "state": "Where is parcel 77?"})
+    through_runner = runner.decide(runner.info["model"], request).to_wire()
+    in_process = default_engine.engine.decide(request).to_wire()
+    assert through_runner == in_process
+
+
+def test_a_stop_before_a_row_reaches_the_caller_and_the_runner_keeps_serving(runner):
+    class Stop(Exception):
+        pass
+
+    rows = []
+
+    def before_row() -> None:
+        rows.append(1)
+        if len(rows) == 3:
+            raise Stop
+
+    request = parse_request({"state": "a long ticket", "questions": distinct_nouls(5)})
+    with pytest.raises(Stop):
+        runner.decide(runner.info["model"], request, before_row)
+    assert len(rows) == 3
+    answer = runner.decide(runner.info["model"], parse_request(PROBE_REQUEST))
+    assert set(answer.answers) == {"department", "refund"}
+
+
+def test_a_nested_request_between_rows_is_answered_by_the_same_runner(runner):
+    nested = []
+
+    def before_row() -> None:
+        if not nested:
+            nested.append(runner.decide(runner.info["model"], parse_request(PROBE_REQUEST)))
+
+    outer = runner.decide(runner.info["model"],
+                          parse_request({"state": "outer", "questions": distinct_nouls(2)}),
+                          before_row)
+    assert set(outer.answers) == {"q0", "q1"}
+    assert set(nested[0].answers) == {"department", "refund"}
+
+
+def test_a_probe_that_crashes_is_reported_with_its_cause_and_the_remedy(monkeypatch):
+    monkeypatch.setenv("DECIDE_TEST_RUNNER_FAULT", "probe:segfault")
+    crashing = Runner(Settings())
+    crashing.start()
+    try:
+        assert crashing.wait_ready(300) is False
+        assert crashing.state == FAILED
+        assert "SIGSEGV" in crashing.problem
+        assert "libggml-cpu.so" in crashing.problem
+        assert "DECIDE_CPU_BASELINE" in crashing.problem
+        assert "next try in 1 s" in crashing.problem
+        with pytest.raises(RunnerUnavailable):
+            crashing.decide("gemma-3-270m", parse_request(PROBE_REQUEST))
+    finally:
+        crashing.stop()
+
+
+def test_a_faster_build_that_faults_on_its_probe_falls_back_to_the_installed_one(monkeypatch):
+    monkeypatch.setenv("DECIDE_TEST_RUNNER_FAULT", "probe:segfault-variant")
+    builds = [Variant("test-variant", installed_library_dir()),
+              Variant(installed_baseline(), None)]
+    falling_back = Runner(Settings(), builds=builds)
+    falling_back.start()
+    try:
+        assert falling_back.wait_ready(300), falling_back.problem
+        assert falling_back.state == READY
+        assert falling_back.build.name == installed_baseline()
+        assert falling_back.info["variant"] == installed_baseline()
+        [rejected] = falling_back.info["rejected_variants"]
+        assert rejected.startswith("test-variant: ") and "SIGSEGV" in rejected
+    finally:
+        falling_back.stop()
+
+
+def test_decide_check_prints_what_it_found():
+    result = subprocess.run([sys.executable, "-m", "decide", "check"], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = {line[:14].strip(): line[14:] for line in result.stdout.splitlines()}
+    assert lines["model"].startswith("gemma-3-270m (")
+    assert "llama-cpp-python 0.3.36" in lines["build"]
+    assert "AVX2" in lines["instructions"].split() or sys.platform != "linux"
+    assert lines["result"].startswith("ok")
+    assert "department: billing" in lines["probe"]
+
+
+def test_decide_check_fails_with_the_cause_when_the_probe_crashes():
+    result = subprocess.run([sys.executable, "-m", "decide", "check", "--json"],
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ,
+                                 "DECIDE_TEST_RUNNER_FAULT": "probe:segfault"})
+    assert result.returncode == 1
+    found = json.loads(result.stdout)
+    assert found["ok"] is False
+    assert "SIGSEGV" in found["problem"] and "DECIDE_CPU_BASELINE" in found["problem"]

@@ -1,0 +1,123 @@
+"""The pure rules around the runner: which build to try, what a dead runner's status means,
+and when a probe's numbers are wrong."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from worker import variants
+from worker.crashes import describe_exit
+from worker.probe import ProbeFailed, check_values, enabled_features, probe_values
+from worker.threads import apply_wait_policy
+from worker.variants import Variant, candidates, proven_variant, record_proof
+
+FLAGS = frozenset({"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512dq",
+                   "avx512vl", "avx512cd", "avx512vbmi", "avx512_vnni"})
+
+
+@pytest.fixture
+def faster(tmp_path, monkeypatch):
+    library = tmp_path / "x86-64-v4"
+    library.mkdir()
+    (library / "libllama.so").write_bytes(b"")
+    variant = Variant("x86-64-v4", library, variants.X86_64_V4.needs)
+    monkeypatch.setattr(variants, "FASTER", (variant,))
+    monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
+    return variant
+
+
+def test_the_faster_build_is_tried_first_only_where_the_kernel_reports_its_extensions(faster):
+    assert candidates(FLAGS)[0] == faster
+    assert candidates(FLAGS)[-1].library_path is None  # the installed build, always last
+    without_vnni = FLAGS - {"avx512_vnni"}
+    assert [v.library_path for v in candidates(without_vnni)] == [None]
+    assert [v.library_path for v in candidates(FLAGS, "baseline")] == [None]
+
+
+def test_a_missing_variant_library_is_no_candidate(faster):
+    (faster.library_path / "libllama.so").unlink()
+    assert [v.library_path for v in candidates(FLAGS)] == [None]
+
+
+def test_a_library_path_chosen_already_is_the_only_candidate(faster, monkeypatch, tmp_path):
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(faster.library_path))
+    assert candidates(FLAGS) == [faster]
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(tmp_path / "mine"))
+    [own] = candidates(FLAGS)
+    assert own.library_path == tmp_path / "mine" and "LLAMA_CPP_LIB_PATH" in own.name
+
+
+def test_a_proof_holds_for_this_host_and_its_recorded_build_only(faster, tmp_path, monkeypatch):
+    choices = candidates(FLAGS)
+    assert proven_variant(tmp_path, choices) is None
+    record_proof(tmp_path, faster)
+    assert proven_variant(tmp_path, choices) == faster
+    assert proven_variant(tmp_path, choices[-1:]) is None  # not among the choices
+    monkeypatch.setattr(variants, "host_flags", lambda: frozenset({"avx2"}))
+    assert proven_variant(tmp_path, choices) is None  # another CPU
+
+
+@pytest.mark.parametrize(("signal_number", "words"), [
+    (signal.SIGILL, ("SIGILL", "illegal instruction", "DECIDE_CPU_BASELINE")),
+    (signal.SIGSEGV, ("SIGSEGV", "libggml-cpu.so", "AMX", "ops/build-llama.sh")),
+    (signal.SIGKILL, ("SIGKILL", "out-of-memory", "dmesg")),
+    (signal.SIGABRT, ("SIGABRT", "GGML_ASSERT",)),
+])
+def test_a_dead_runner_is_described_by_its_signal_the_cause_and_what_to_do(signal_number,
+                                                                            words):
+    text = describe_exit(-signal_number)
+    for word in words:
+        assert word in text, text
+
+
+def test_other_exits_are_described_too():
+    assert "status 3" in describe_exit(3)
+    assert "signal 99" in describe_exit(-99)
+    assert "stopped answering" in describe_exit(None)
+
+
+def test_a_probe_answer_far_from_the_reference_is_wrong():
+    good = {"department.billing": 0.62, "department.technical": 0.08,
+            "department.sales": 0.30, "refund.yes": 0.50}
+    check_values("gemma-3-270m", good)
+    with pytest.raises(ProbeFailed, match=r"department\.billing came out 0\.9"):
+        check_values("gemma-3-270m", {**good, "department.billing": 0.9})
+    with pytest.raises(ProbeFailed, match="not a probability"):
+        check_values("any-model", {"q.yes": math.nan})
+    with pytest.raises(ProbeFailed, match="not a probability"):
+        check_values("any-model", {"q.yes": 1.5})
+    check_values("any-model", {"q.yes": 0.99})  # no reference: well-formed is enough
+
+
+def test_probe_values_read_nouls_and_probabilities():
+    wire = {"answers": {"r": {"type": "noul", "noul": 0.25},
+                        "d": {"type": "choice", "probabilities": {"a": 0.4, "b": 0.6}}}}
+    assert probe_values(wire) == {"r.yes": 0.25, "d.a": 0.4, "d.b": 0.6}
+
+
+def test_enabled_features_read_llamas_system_info():
+    line = "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 0 | AMX_INT8 = 0 | OPENMP = 1 | "
+    assert enabled_features(line) == ["SSE3", "AVX2", "OPENMP"]
+
+
+def test_the_wait_policy_is_passive_unless_the_operator_chose(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    assert apply_wait_policy() == "OMP_WAIT_POLICY=PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert apply_wait_policy() == "OMP_WAIT_POLICY=ACTIVE"
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "1000")
+    assert apply_wait_policy() == "GOMP_SPINCOUNT=1000"
+    assert "OMP_WAIT_POLICY" not in os.environ
+
+
+def test_the_installed_marker_names_the_baseline():
+    marker = Path(variants.sys.prefix) / ".llama-baseline"
+    assert variants.installed_baseline() == (marker.read_text().strip() if marker.exists()
+                                             else "installed")

@@ -1,0 +1,45 @@
+"""The same llama.cpp build in-process as in the runners, so ``decide run`` and the service
+answer with the same bits (SPEC §3.7).
+
+A process that decodes in-process (``decide run``, ``eval``, ``calibrate``, the tests) calls
+``use_runner_build`` before anything imports llama_cpp. Where a faster build than the installed
+one is a candidate, it takes the build a runner proved on this host (``worker.variants``), and
+proves one first, in a runner child process, when none has been.
+"""
+
+from __future__ import annotations
+
+import os
+
+from infra.settings import Settings
+from worker.variants import (
+    LIBRARY_PATH_VARIABLE,
+    Variant,
+    candidates,
+    host_flags,
+    proven_variant,
+)
+
+
+def use_runner_build(settings: Settings) -> Variant:
+    """Point llama-cpp-python at the build the runners use here; returns it."""
+    import sys
+
+    choices = candidates(host_flags(), settings.cpu_variant)
+    chosen = choices[-1]
+    if len(choices) > 1 and "llama_cpp" not in sys.modules:
+        proven = proven_variant(settings.data_dir, choices)
+        if proven is None:
+            from worker.runner_client import Runner
+
+            runner = Runner(settings, builds=choices)
+            runner.start()
+            try:
+                runner.wait_ready(Runner.START_TIMEOUT_SECONDS)
+            finally:
+                runner.stop()
+            proven = proven_variant(settings.data_dir, choices)
+        chosen = proven or chosen
+    if chosen.library_path is not None:
+        os.environ[LIBRARY_PATH_VARIABLE] = str(chosen.library_path)
+    return chosen

@@ -1,0 +1,128 @@
+"""The self-check a worker runs before it takes a job: one fixed decision, checked.
+
+A llama.cpp build that uses an instruction the host cannot execute dies on its first decode
+(SIGILL, or SIGSEGV where the CPU advertises an extension its hypervisor does not enable), and
+a miscompiled one answers with numbers that are not probabilities. The runner decodes this
+probe after loading its model and before its worker takes a job; ``decide check`` runs the
+same probe by hand. Everything here but ``run_probe`` is pure.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from decide.engine import Engine
+from decide.protocol import parse_request
+
+PROBE_REQUEST: dict[str, Any] = {
+    "state": "My card was charged twice for order A-104. Please refund the duplicate.",
+    "questions": {
+        "department": {"type": "choice", "instructions": "Which department should handle this?",
+                       "criteria": {"billing": None, "technical": None, "sales": None}},
+        "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
+    },
+}
+"""A fixed decision: a choice and a yes/no over one short state."""
+
+EXPECTED: dict[str, dict[str, float]] = {
+    "gemma-3-270m": {"department.billing": 0.6199, "department.technical": 0.0796,
+                     "department.sales": 0.3005, "refund.yes": 0.4986},
+}
+"""The probe's answer on a build known to be right, per model: the embedded default as
+documented in the README. Other models are checked for well-formed probabilities only."""
+TOLERANCE = 0.05
+"""How far a probability may stray from ``EXPECTED``: builds for other instruction sets or a
+GPU round differently (in the third decimal on this model), a broken kernel does not."""
+
+
+class ProbeFailed(RuntimeError):
+    """The probe decoded, but its numbers are not what a working build gives."""
+
+
+def probe_values(wire: Mapping[str, Any]) -> dict[str, float]:
+    """``question.option`` → probability, from a System One response's answers."""
+    values: dict[str, float] = {}
+    for question_id, answer in wire["answers"].items():
+        if answer["type"] == "noul":
+            values[f"{question_id}.yes"] = float(answer["noul"])
+        else:
+            for option, probability in answer["probabilities"].items():
+                values[f"{question_id}.{option}"] = float(probability)
+    return values
+
+
+def check_values(model: str, values: Mapping[str, float]) -> None:
+    """Raise ``ProbeFailed`` naming the first number that no working build would give."""
+    for key, value in values.items():
+        if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+            raise ProbeFailed(f"the probe's {key} came out {value!r}, not a probability")
+    expected = EXPECTED.get(model, {})
+    for key, want in expected.items():
+        got = values.get(key)
+        if got is None or abs(got - want) > TOLERANCE:
+            raise ProbeFailed(
+                f"the probe's {key} came out {got!r}; a working build gives {want} "
+                f"(± {TOLERANCE}): this llama.cpp build computes wrong numbers on this host")
+
+
+def run_probe(engine: Engine) -> dict[str, Any]:
+    """Decode the probe with a loaded engine and check it; returns what was found."""
+    request = parse_request({**PROBE_REQUEST, "model": engine.model_name})
+    started = time.perf_counter()
+    wire = engine.decide(request).to_wire()
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    values = probe_values(wire)
+    check_values(engine.model_name, values)
+    return {"answer": values, "probe_ms": round(elapsed_ms, 1),
+            "compared_with_reference": engine.model_name in EXPECTED}
+
+
+def build_info() -> dict[str, Any]:
+    """The llama.cpp build this process loaded and the instruction sets it uses."""
+    import llama_cpp
+
+    system = llama_cpp.llama_print_system_info().decode(errors="replace")
+    baseline_file = Path(sys.prefix) / ".llama-baseline"
+    return {
+        "llama_cpp_python": llama_cpp.__version__,
+        "baseline": (baseline_file.read_text().strip() if baseline_file.exists()
+                     else "unknown (not built by ops/build-llama.sh)"),
+        "instruction_sets": enabled_features(system),
+        "library": str(Path(llama_cpp.__file__).parent / "lib"),
+    }
+
+
+def enabled_features(system_info: str) -> list[str]:
+    """``AVX2``... from llama.cpp's ``CPU : SSE3 = 1 | AVX = 1 | AVX512 = 0 |`` line."""
+    features = []
+    for part in system_info.replace("\n", "|").split("|"):
+        name, _, flag = part.rpartition("=")
+        name = name.split(":")[-1].strip()
+        if name and flag.strip() == "1":
+            features.append(name)
+    return features
+
+
+def host_info() -> dict[str, Any]:
+    """The CPU this process runs on, as the kernel reports it."""
+    model, flags = platform.processor() or platform.machine(), ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model == platform.machine():
+                model = value.strip()
+            if key.strip() == "flags" and not flags:
+                flags = value
+    except OSError:
+        pass
+    wanted = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "amx_tile",
+              "amx_int8", "amx_bf16")
+    present = set(flags.split())
+    return {"cpu": model, "machine": platform.machine(),
+            "cpu_flags": [flag for flag in wanted if flag in present]}

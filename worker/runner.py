@@ -1,0 +1,189 @@
+"""The decoding runner: a child process that holds the loaded models and decodes for its worker.
+
+llama.cpp is native code: an instruction the host cannot execute, an assertion or the
+out-of-memory killer ends the process that runs it. So a worker (embedded or Celery) never
+loads a model itself; it starts ``python -m worker.runner`` and talks to it over one socket
+(``worker.runner_client.Runner``). When the runner dies, its worker lives on, puts the job back
+in the queue (or ends it ``worker_crashed`` after ``DECIDE_MAX_ATTEMPTS``) and starts a new one.
+
+The protocol is pickled tuples, one request at a time:
+
+    worker → runner   ("init", settings, model)          once, first
+    runner → worker   ("ready", info) | ("failed", why)  after loading and the probe
+    worker → runner   ("decide", model, request)
+    runner → worker   ("row",)           before each row; the worker answers ("go",), or
+                                         ("stop",) to stop (answered ("stopped",)), or first
+                                         asks a nested ("decide", ...) of its own
+    runner → worker   ("done", decision) | ("error", exception)
+    worker → runner   ("quit",)
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+FAULT_VARIABLE = "DECIDE_TEST_RUNNER_FAULT"
+"""Test-only fault switch, for the crash tests:
+
+- ``segfault:<marker>``: a real SIGSEGV on any request whose state contains ``<marker>``;
+- ``segfault-once:<marker>:<file>``: the same, only while ``<file>`` does not exist (the
+  runner creates it first, so the job succeeds on the next runner);
+- ``probe:segfault``: a SIGSEGV while decoding the start-up probe;
+- ``probe:segfault-variant``: the same, only in a runner that loads a variant build
+  (``LLAMA_CPP_LIB_PATH`` set), so the worker must fall back to the installed one."""
+
+
+class _Stopped(Exception):
+    """The worker said stop (a cancelled job) before a row."""
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills the runner when its worker dies, so no runner is orphaned."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def _segfault() -> None:
+    ctypes.string_at(0)
+
+
+def _fault_for(state: str) -> bool:
+    """Whether the test-only fault switch asks for a crash on this state."""
+    kind, _, rest = os.environ.get(FAULT_VARIABLE, "").partition(":")
+    if kind == "segfault":
+        return bool(rest) and rest in state
+    if kind == "segfault-once":
+        marker, _, once_file = rest.partition(":")
+        if marker and marker in state and not os.path.exists(once_file):
+            open(once_file, "w").close()
+            return True
+    return False
+
+
+def _portable(error: Exception) -> Exception:
+    """The exception itself when it survives pickling, else a RuntimeError with its text."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+
+
+class _Server:
+    def __init__(self, connection: Connection, settings: Any) -> None:
+        from infra.models import load_catalog
+
+        self._connection = connection
+        self._settings = settings
+        self._catalog = load_catalog(settings)
+        self._loaded: dict[str, Any] = {}
+
+    def engine_for(self, model: str) -> Any:
+        from worker.loading import load_decoding_engine
+
+        if model not in self._loaded:
+            self._loaded[model] = load_decoding_engine(self._catalog.get(model),
+                                                       self._settings)
+        return self._loaded[model].engine
+
+    def start(self, model: str | None) -> dict[str, Any]:
+        """Load the model, decode the probe, and say what was found."""
+        from infra.models import gguf_path
+        from worker.probe import build_info, host_info, run_probe
+
+        config = self._catalog.get(model)
+        name = config.name
+        started = time.perf_counter()
+        engine = self.engine_for(name)
+        loaded_ms = (time.perf_counter() - started) * 1000
+        fault = os.environ.get(FAULT_VARIABLE)
+        if fault == "probe:segfault" or (fault == "probe:segfault-variant"
+                                         and "LLAMA_CPP_LIB_PATH" in os.environ):
+            _segfault()
+        probe = run_probe(engine)
+        return {"model": name, "path": str(gguf_path(config, self._settings)),
+                "load_ms": round(loaded_ms, 1), "pid": os.getpid(),
+                "threads": self._loaded[name].reader.threads,
+                **build_info(),
+                **host_info(), **probe}
+
+    def serve(self) -> None:
+        while True:
+            message = self._connection.recv()
+            if message[0] == "quit":
+                return
+            if message[0] == "decide":
+                self.decide(message[1], message[2])
+
+    def decide(self, model: str, request: Any) -> None:
+        """One request, answered ``done``, ``error`` or ``stopped``; nested requests are served
+        while this one waits before a row."""
+        if FAULT_VARIABLE in os.environ and _fault_for(str(request.state)):
+            _segfault()
+        try:
+            decision = self.engine_for(model).decide(request, self._before_row)
+        except _Stopped:
+            self._connection.send(("stopped",))
+        except Exception as error:
+            self._connection.send(("error", _portable(error)))
+        else:
+            self._connection.send(("done", decision))
+
+    def _before_row(self) -> None:
+        self._connection.send(("row",))
+        while True:
+            message = self._connection.recv()
+            if message[0] == "go":
+                return
+            if message[0] == "stop":
+                raise _Stopped
+            if message[0] == "decide":
+                self.decide(message[1], message[2])
+
+    def close(self) -> None:
+        for loaded in self._loaded.values():
+            loaded.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m worker.runner")
+    parser.add_argument("--fd", type=int, required=True, help="the socket to the worker")
+    args = parser.parse_args(argv)
+    _die_with_parent()
+    connection = Connection(args.fd)
+    kind, settings, model = connection.recv()
+    assert kind == "init"
+    from worker.threads import apply_wait_policy
+
+    wait_policy = apply_wait_policy()  # before llama.cpp (and its OpenMP) is loaded
+    try:
+        server = _Server(connection, settings)
+        info = {**server.start(model), "wait_policy": wait_policy}
+    except Exception as error:  # said to the worker, which reports it
+        connection.send(("failed", f"{type(error).__name__}: {error}"))
+        return 1
+    connection.send(("ready", info))
+    try:
+        server.serve()
+    except (EOFError, OSError):  # the worker went away
+        pass
+    finally:
+        server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

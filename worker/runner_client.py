@@ -1,0 +1,254 @@
+"""A worker's side of its decoding runner (``worker.runner``): start it, wait until it has loaded
+its model and passed the probe, decode through it, and notice when it dies.
+
+Used from one thread (the worker's); a nested decision (a foreground job decoded between the
+rows of a background one) re-enters from the same thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from decide.engine import Decision
+from decide.protocol import DecisionRequest
+from infra.settings import Settings
+from worker.crashes import describe_exit
+from worker.variants import Variant, candidates, environment_for, host_flags, record_proof
+
+log = logging.getLogger("decide.worker")
+
+STARTING, READY, FAILED = "starting", "ready", "failed"
+RESTART_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+"""How long a worker waits before starting a runner again after a failed start (a build that
+faults on the probe would otherwise restart it in a tight loop)."""
+
+
+class RunnerCrashed(RuntimeError):
+    """The runner died while it decoded: the job it held did not finish."""
+
+
+class RunnerUnavailable(RuntimeError):
+    """No runner is ready to decode (it is starting, or it failed its last start)."""
+
+
+class Runner:
+    """One ``python -m worker.runner`` child holding ``model`` (the default when None)."""
+
+    START_TIMEOUT_SECONDS = 600.0
+    """How long a decision waits for a runner that is starting again after a crash."""
+
+    def __init__(self, settings: Settings, model: str | None = None,
+                 argv: list[str] | None = None,
+                 builds: list[Variant] | None = None) -> None:
+        self._settings = settings
+        self._model = model
+        self._argv = argv or [sys.executable, "-m", "worker.runner"]
+        self._builds = builds or candidates(host_flags(), settings.cpu_variant)
+        self._build = 0
+        self.rejected: list[str] = []
+        """Faster builds that failed their probe on this host, with why."""
+        self._lock = threading.RLock()
+        self._process: subprocess.Popen | None = None
+        self._connection: Connection | None = None
+        self._failed_starts = 0
+        self._next_start = 0.0
+        self.state = FAILED
+        self.problem: str | None = "the runner has not been started"
+        self.info: dict[str, Any] = {}
+        self.crashes = 0
+        self._generation = 0
+        self._last_crash = ""
+
+    @property
+    def build(self) -> Variant:
+        """The llama.cpp build this runner loads (or tries)."""
+        return self._builds[self._build]
+
+    @property
+    def serving(self) -> bool:
+        """Ready, and its process still there (a kill shows here before the worker notices)."""
+        process = self._process
+        return self.state == READY and process is not None and process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def start(self) -> None:
+        """Spawn a runner; it loads its model and decodes the probe (see ``wait_ready``)."""
+        with self._lock:
+            self._reap()
+            ours, theirs = socket.socketpair()
+            self._process = subprocess.Popen(
+                [*self._argv, "--fd", str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                env=environment_for(self.build))
+            theirs.close()
+            self._connection = Connection(ours.detach())
+            self._connection.send(("init", self._settings, self._model))
+            self.state, self.problem = STARTING, "the runner is loading its model"
+
+    def wait_ready(self, timeout: float) -> bool:
+        """True once the runner has passed its probe; False while it is starting, or when its
+        start failed (``problem`` says why, and a new start is due after a back-off). A faster
+        build that fails is replaced by the next one within the same wait."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            if self.state == FAILED:
+                wait = self._next_start - time.monotonic()
+                if wait > timeout:  # not due yet: the caller's wait passes quietly
+                    time.sleep(max(0.0, timeout))
+                    return False
+                time.sleep(max(0.0, wait))
+                self.start()
+            while self.state == STARTING:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._await_start(remaining):
+                    return False
+            return self.state == READY
+
+    def _await_start(self, seconds: float) -> bool:
+        """Read the starting runner's answer; False when none came within ``seconds``."""
+        assert self._connection is not None
+        try:
+            if not self._connection.poll(seconds):
+                return False
+            message = self._connection.recv()
+        except (EOFError, OSError):
+            self._start_failed(describe_exit(self._exit_status()))
+            return True
+        if message[0] == "ready":
+            self.state, self.problem = READY, None
+            self.info = {**message[1], "variant": self.build.name,
+                         "rejected_variants": list(self.rejected)}
+            record_proof(self._settings.data_dir, self.build)
+            self._failed_starts = 0
+            log.info("runner %s ready: model %s, build %s, probe %.0f ms", self.pid,
+                     self.info.get("model"), self.build.name, self.info.get("probe_ms", 0))
+        else:
+            self._start_failed(f"the runner could not start: {message[1]}")
+        return True
+
+    def _start_failed(self, problem: str) -> None:
+        if self._build + 1 < len(self._builds):  # a faster build failed: the next one, now
+            self.rejected.append(f"{self.build.name}: {problem}")
+            log.warning("llama.cpp build %s failed its probe on this host (%s); falling back "
+                        "to %s", self.build.name, problem, self._builds[self._build + 1].name)
+            self._build += 1
+            self.start()
+            return
+        delay = RESTART_BACKOFF_SECONDS[min(self._failed_starts,
+                                            len(RESTART_BACKOFF_SECONDS) - 1)]
+        self._failed_starts += 1
+        self._next_start = time.monotonic() + delay
+        self.state, self.problem = FAILED, f"{problem} (next try in {delay:.0f} s)"
+        log.error("decoding runner failed its start: %s", problem)
+        self._reap()
+
+    def decide(self, model: str, request: DecisionRequest,
+               before_row: Callable[[], None] | None = None) -> Decision:
+        """Decode one request in the runner. ``before_row`` runs here, in the worker, before
+        each row: it may raise to stop the request, or decode other requests meanwhile."""
+        with self._lock:
+            if self.state == STARTING:  # a restart after a crash: seconds
+                self.wait_ready(self.START_TIMEOUT_SECONDS)
+            if self.state != READY:
+                raise RunnerUnavailable(self.problem or "the runner is not ready")
+            generation = self._generation
+            self._send(("decide", model, request))
+            while True:
+                message = self._receive()
+                if message[0] == "done":
+                    return message[1]
+                if message[0] == "error":
+                    raise message[1]
+                if message[0] == "row":
+                    self._before_row(before_row, generation)
+
+    def _before_row(self, before_row: Callable[[], None] | None, generation: int) -> None:
+        try:
+            if before_row is not None:
+                before_row()
+        except (RunnerCrashed, RunnerUnavailable):
+            raise
+        except BaseException:
+            self._send(("stop",))
+            while self._receive()[0] != "stopped":
+                pass
+            raise
+        if self._generation != generation:  # it died under a job decoded between our rows
+            raise RunnerCrashed(f"{self._last_crash} (while it decoded another job between "
+                                f"this job's rows)")
+        self._send(("go",))
+
+    def _send(self, message: tuple) -> None:
+        assert self._connection is not None
+        try:
+            self._connection.send(message)
+        except OSError:
+            self._crashed()
+
+    def _receive(self) -> tuple:
+        assert self._connection is not None
+        try:
+            return self._connection.recv()
+        except (EOFError, OSError):
+            self._crashed()
+            raise AssertionError("unreachable") from None
+
+    def _crashed(self) -> None:
+        """The runner died mid-request: say why, start the next one, fail the request."""
+        problem = describe_exit(self._exit_status())
+        self.crashes += 1
+        self._generation += 1
+        self._last_crash = problem
+        log.error("decoding runner %s died: %s; starting a new one", self.pid, problem)
+        self.start()
+        raise RunnerCrashed(problem)
+
+    def _exit_status(self) -> int | None:
+        if self._process is None:
+            return None
+        try:
+            return self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            return self._process.wait()
+
+    def _reap(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._connection is not None and self.state == READY:
+                try:
+                    self._connection.send(("quit",))
+                    self._process.wait(timeout=10)  # type: ignore[union-attr]
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            self._reap()
+            self.state, self.problem = FAILED, "the runner was stopped"
+
+
+class RunnerEngine:
+    """What ``run_job`` needs of an engine (``decide``), answered by a runner."""
+
+    def __init__(self, runner: Runner, model: str) -> None:
+        self._runner = runner
+        self._model = model
+
+    def decide(self, request: DecisionRequest,
+               before_row: Callable[[], None] | None = None) -> Decision:
+        return self._runner.decide(self._model, request, before_row)

@@ -1,0 +1,115 @@
+"""Which llama.cpp build a runner loads: the fastest one this host may run, proven by the probe.
+
+``ops/build-llama.sh`` installs llama-cpp-python for a portable baseline (x86-64-v3: AVX2, no
+AVX-512, no AMX) and, beside it, the libraries of a faster variant (x86-64-v4: AVX-512 with
+VBMI and VNNI, never AMX). A variant is a candidate only where the kernel reports every
+extension it needs (Linux hides those whose register state the OS does not enable), and it is
+kept only once a runner has loaded it and decoded the probe right in its own process
+(``worker.runner_client.Runner`` falls back to the next candidate when that runner dies or
+answers wrong numbers). The installed baseline is always the last candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+LIBRARY_PATH_VARIABLE = "LLAMA_CPP_LIB_PATH"
+"""llama-cpp-python loads its libraries from this folder when it is set."""
+VARIANTS_DIR = Path(sys.prefix) / "lib" / "decide-llama-variants"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    library_path: Path | None
+    """The folder of its libraries; None for the build llama-cpp-python loads by default."""
+    needs: frozenset[str] = frozenset()
+    """CPU flags (as /proc/cpuinfo names them) the host must report."""
+
+
+X86_64_V4 = Variant("x86-64-v4", VARIANTS_DIR / "x86-64-v4", frozenset({
+    "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd",
+    "avx512vbmi", "avx512_vnni"}))
+FASTER = (X86_64_V4,)
+
+
+def installed_baseline() -> str:
+    marker = Path(sys.prefix) / ".llama-baseline"
+    return marker.read_text().strip() if marker.exists() else "installed"
+
+
+def host_flags() -> frozenset[str]:
+    """The CPU flags the kernel reports for this host (empty where it reports none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "flags":
+                return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def candidates(flags: frozenset[str], choice: str = "auto") -> list[Variant]:
+    """Builds to try, fastest first; the installed one last. ``choice`` "baseline" (or an
+    operator's own ``LLAMA_CPP_LIB_PATH``) leaves only the installed one."""
+    installed = Variant(installed_baseline(), None)
+    if LIBRARY_PATH_VARIABLE in os.environ:  # chosen already: by an operator, or in-process
+        chosen = Path(os.environ[LIBRARY_PATH_VARIABLE])
+        known = {variant.library_path: variant for variant in FASTER}
+        return [known.get(chosen, Variant(f"{LIBRARY_PATH_VARIABLE}={chosen}", chosen))]
+    if choice == "baseline":
+        return [installed]
+    usable = [variant for variant in FASTER
+              if variant.library_path is not None
+              and (variant.library_path / "libllama.so").exists()
+              and variant.needs <= flags]
+    return [*usable, installed]
+
+
+def environment_for(variant: Variant) -> dict[str, str]:
+    """The runner's environment: the variant's libraries, or llama-cpp-python's default."""
+    environment = dict(os.environ)
+    environment.pop(LIBRARY_PATH_VARIABLE, None)
+    if variant.library_path is not None:
+        environment[LIBRARY_PATH_VARIABLE] = str(variant.library_path)
+    return environment
+
+
+PROOF_FILE = "llama-build.json"
+"""Under the data directory: which build a runner proved on this host, for in-process use."""
+
+
+def host_key(flags: frozenset[str]) -> str:
+    """What a proof holds for: this installation's llama.cpp builds on this CPU."""
+    import hashlib
+
+    material = "\n".join([sys.prefix, installed_baseline(), " ".join(sorted(flags))])
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+def record_proof(data_dir: Path, variant: Variant) -> None:
+    """A runner passed its probe with ``variant``: in-process decoding uses the same build."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        temporary = data_dir / f".{PROOF_FILE}.{os.getpid()}"
+        temporary.write_text(json.dumps({"host": host_key(host_flags()),
+                                         "variant": variant.name}))
+        temporary.replace(data_dir / PROOF_FILE)
+    except OSError:  # an unwritable data directory costs only the in-process speed-up
+        pass
+
+
+def proven_variant(data_dir: Path, choices: list[Variant]) -> Variant | None:
+    """The build a runner proved here, when it is among ``choices``; None when unproven."""
+    try:
+        proof = json.loads((data_dir / PROOF_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if proof.get("host") != host_key(host_flags()):
+        return None
+    return next((variant for variant in choices if variant.name == proof.get("variant")), None)
