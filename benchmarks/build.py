@@ -78,8 +78,9 @@ def main() -> None:
     if args.measure:
         print(json.dumps(measure(args.repeats)))
         return
-    environment = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY",
-                                                                   "PASSIVE")}
+    environment = dict(os.environ)
+    if "OMP_WAIT_POLICY" not in environment and "GOMP_SPINCOUNT" not in environment:
+        environment["GOMP_SPINCOUNT"] = "100"  # as a runner waits (worker/threads.py)
     results: dict[str, dict] = {}
     for _ in range(args.rounds):
         for build in args.python:
@@ -95,8 +96,9 @@ def main() -> None:
             entry["batch"] += found["batch"]
             entry["decision"] += found["decision"]
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-          f"{args.rounds} rounds x {args.repeats} repeats, "
-          f"OMP_WAIT_POLICY={environment['OMP_WAIT_POLICY']}")
+          f"{args.rounds} rounds x {args.repeats} repeats, OMP_WAIT_POLICY="
+          f"{environment.get('OMP_WAIT_POLICY', '')} GOMP_SPINCOUNT="
+          f"{environment.get('GOMP_SPINCOUNT', '')}")
     print(f"{'build':<12} {'512-token batch':>16} {'prompt tok/s':>13} "
           f"{'5-question decision':>20} {'batch ratio':>12} {'decision ratio':>15}")
     first: dict | None = None

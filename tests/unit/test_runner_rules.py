@@ -105,16 +105,18 @@ def test_enabled_features_read_llamas_system_info():
     assert enabled_features(line) == ["SSE3", "AVX2", "OPENMP"]
 
 
-def test_the_wait_policy_is_passive_unless_the_operator_chose(monkeypatch):
+def test_threads_spin_briefly_at_a_barrier_unless_the_operator_chose(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
-    assert apply_wait_policy() == "OMP_WAIT_POLICY=PASSIVE"
+    assert apply_wait_policy() == "GOMP_SPINCOUNT=100"
+    assert os.environ["GOMP_SPINCOUNT"] == "100"
+    monkeypatch.delenv("GOMP_SPINCOUNT")
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     assert apply_wait_policy() == "OMP_WAIT_POLICY=ACTIVE"
+    assert "GOMP_SPINCOUNT" not in os.environ
     monkeypatch.delenv("OMP_WAIT_POLICY")
     monkeypatch.setenv("GOMP_SPINCOUNT", "1000")
     assert apply_wait_policy() == "GOMP_SPINCOUNT=1000"
-    assert "OMP_WAIT_POLICY" not in os.environ
 
 
 def test_the_installed_marker_names_the_baseline():
