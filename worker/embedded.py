@@ -120,14 +120,12 @@ class EmbeddedWorker:
                     on_finished=self._events.publish, cancelled=self.cancelled,
                     yield_to_foreground=None if nested else self._serve_foreground_first,
                     max_attempts=self._settings.max_attempts, on_requeued=self._requeue)
-        except RunnerUnavailable as unavailable:
+        except RunnerUnavailable as unavailable:  # put back; it runs on the next runner
             log.error("job %s waits: %s", job_id, unavailable)
             if nested:
                 raise
-        except Exception:  # the loop must outlive any one job
+        except Exception:  # the loop (and a background job around it) outlives any one job
             log.exception("job %s could not be run", job_id)
-            if nested:
-                raise
 
     def _purge(self, cutoff: float) -> None:
         try:

@@ -37,7 +37,8 @@ FAULT_VARIABLE = "DECIDE_TEST_RUNNER_FAULT"
   runner creates it first, so the job succeeds on the next runner);
 - ``probe:segfault``: a SIGSEGV while decoding the start-up probe;
 - ``probe:segfault-variant``: the same, only in a runner that loads a variant build
-  (``LLAMA_CPP_LIB_PATH`` set), so the worker must fall back to the installed one."""
+  (``LLAMA_CPP_LIB_PATH`` set), so the worker must fall back to the installed one;
+- ``probe:exit``: the runner exits with status 3 before the probe (not the build's fault)."""
 
 
 class _Stopped(Exception):
@@ -110,6 +111,8 @@ class _Server:
         engine = self.engine_for(name)
         loaded_ms = (time.perf_counter() - started) * 1000
         fault = os.environ.get(FAULT_VARIABLE)
+        if fault == "probe:exit":
+            os._exit(3)
         if fault == "probe:segfault" or (fault == "probe:segfault-variant"
                                          and "LLAMA_CPP_LIB_PATH" in os.environ):
             _segfault()
@@ -140,7 +143,10 @@ class _Server:
         except Exception as error:
             self._connection.send(("error", _portable(error)))
         else:
-            self._connection.send(("done", decision))
+            try:  # pickled before a byte is written: a failure leaves the socket clean
+                self._connection.send(("done", decision))
+            except Exception as error:
+                self._connection.send(("error", _portable(error)))
 
     def _before_row(self) -> None:
         self._connection.send(("row",))

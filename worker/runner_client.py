@@ -8,6 +8,7 @@ rows of a background one) re-enters from the same thread.
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import subprocess
 import sys
@@ -21,11 +22,14 @@ from decide.engine import Decision
 from decide.protocol import DecisionRequest
 from infra.settings import Settings
 from worker.crashes import describe_exit
+from worker.probe import ProbeFailed
 from worker.variants import Variant, candidates, environment_for, host_flags, record_proof
 
 log = logging.getLogger("decide.worker")
 
 STARTING, READY, FAILED = "starting", "ready", "failed"
+BUILD_FAULTS = {-signal.SIGILL, -signal.SIGSEGV, -signal.SIGBUS, -signal.SIGFPE}
+"""Exit statuses of a runner that a llama.cpp build the host cannot run dies with."""
 RESTART_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """How long a worker waits before starting a runner again after a failed start (a build that
 faults on the probe would otherwise restart it in a tight loop)."""
@@ -37,6 +41,11 @@ class RunnerCrashed(RuntimeError):
 
 class RunnerUnavailable(RuntimeError):
     """No runner is ready to decode (it is starting, or it failed its last start)."""
+
+
+class RunnerRestarted(RunnerUnavailable):
+    """The runner died under another job decoded between this job's rows: this one did not
+    crash it, so it goes back to the queue without its claim counted."""
 
 
 class Runner:
@@ -83,16 +92,25 @@ class Runner:
         return None if self._process is None else self._process.pid
 
     def start(self) -> None:
-        """Spawn a runner; it loads its model and decodes the probe (see ``wait_ready``)."""
+        """Spawn a runner; it loads its model and decodes the probe (see ``wait_ready``).
+
+        The runner has a session of its own, so a Ctrl-C meant for its worker does not kill it
+        mid-job (the worker stops it); it still dies with its worker (``PR_SET_PDEATHSIG``)."""
         with self._lock:
             self._reap()
-            ours, theirs = socket.socketpair()
-            self._process = subprocess.Popen(
-                [*self._argv, "--fd", str(theirs.fileno())], pass_fds=[theirs.fileno()],
-                env=environment_for(self.build))
-            theirs.close()
-            self._connection = Connection(ours.detach())
-            self._connection.send(("init", self._settings, self._model))
+            try:
+                ours, theirs = socket.socketpair()
+                with theirs:
+                    self._process = subprocess.Popen(
+                        [*self._argv, "--fd", str(theirs.fileno())],
+                        pass_fds=[theirs.fileno()], env=environment_for(self.build),
+                        start_new_session=True)
+                self._connection = Connection(ours.detach())
+                self._connection.send(("init", self._settings, self._model))
+            except OSError as error:  # no process, no memory, no descriptors: try again later
+                self._start_failed(f"the runner could not be started: {error}",
+                                   build_fault=False)
+                return
             self.state, self.problem = STARTING, "the runner is loading its model"
 
     def wait_ready(self, timeout: float) -> bool:
@@ -101,6 +119,7 @@ class Runner:
         build that fails is replaced by the next one within the same wait."""
         deadline = time.monotonic() + timeout
         with self._lock:
+            self._restart_if_died_idle()
             if self.state == FAILED:
                 wait = self._next_start - time.monotonic()
                 if wait > timeout:  # not due yet: the caller's wait passes quietly
@@ -114,6 +133,18 @@ class Runner:
                     return False
             return self.state == READY
 
+    def _restart_if_died_idle(self) -> None:
+        """A ready runner killed between jobs (the out-of-memory killer, an operator): no job
+        was decoding, so none is charged; a new runner starts."""
+        if self.state == READY and self._process is not None and self._process.poll() is not None:
+            problem = describe_exit(self._exit_status())
+            log.error("decoding runner %s died between jobs: %s; starting a new one", self.pid,
+                      problem)
+            self.crashes += 1
+            self._generation += 1
+            self._last_crash = problem
+            self.start()
+
     def _await_start(self, seconds: float) -> bool:
         """Read the starting runner's answer; False when none came within ``seconds``."""
         assert self._connection is not None
@@ -122,7 +153,8 @@ class Runner:
                 return False
             message = self._connection.recv()
         except (EOFError, OSError):
-            self._start_failed(describe_exit(self._exit_status()))
+            status = self._exit_status()
+            self._start_failed(describe_exit(status), build_fault=status in BUILD_FAULTS)
             return True
         if message[0] == "ready":
             self.state, self.problem = READY, None
@@ -133,11 +165,15 @@ class Runner:
             log.info("runner %s ready: model %s, build %s, probe %.0f ms", self.pid,
                      self.info.get("model"), self.build.name, self.info.get("probe_ms", 0))
         else:
-            self._start_failed(f"the runner could not start: {message[1]}")
+            self._start_failed(f"the runner could not start: {message[1]}",
+                               build_fault=message[1].startswith(ProbeFailed.__name__))
         return True
 
-    def _start_failed(self, problem: str) -> None:
-        if self._build + 1 < len(self._builds):  # a faster build failed: the next one, now
+    def _start_failed(self, problem: str, *, build_fault: bool) -> None:
+        """A failed start: a faster build that faulted or computed wrong numbers is replaced
+        by the next one at once; anything else (a missing model, no memory) is tried again
+        after a back-off with the same build."""
+        if build_fault and self._build + 1 < len(self._builds):
             self.rejected.append(f"{self.build.name}: {problem}")
             log.warning("llama.cpp build %s failed its probe on this host (%s); falling back "
                         "to %s", self.build.name, problem, self._builds[self._build + 1].name)
@@ -157,6 +193,7 @@ class Runner:
         """Decode one request in the runner. ``before_row`` runs here, in the worker, before
         each row: it may raise to stop the request, or decode other requests meanwhile."""
         with self._lock:
+            self._restart_if_died_idle()
             if self.state == STARTING:  # a restart after a crash: seconds
                 self.wait_ready(self.START_TIMEOUT_SECONDS)
             if self.state != READY:
@@ -176,16 +213,15 @@ class Runner:
         try:
             if before_row is not None:
                 before_row()
-        except (RunnerCrashed, RunnerUnavailable):
-            raise
         except BaseException:
-            self._send(("stop",))
-            while self._receive()[0] != "stopped":
-                pass
+            if self._generation == generation:  # our runner still waits on this row
+                self._send(("stop",))
+                while self._receive()[0] != "stopped":
+                    pass
             raise
         if self._generation != generation:  # it died under a job decoded between our rows
-            raise RunnerCrashed(f"{self._last_crash} (while it decoded another job between "
-                                f"this job's rows)")
+            raise RunnerRestarted(f"{self._last_crash} (while it decoded another job between "
+                                  f"this job's rows)")
         self._send(("go",))
 
     def _send(self, message: tuple) -> None:

@@ -88,7 +88,13 @@ def host_key(flags: frozenset[str]) -> str:
     """What a proof holds for: this installation's llama.cpp builds on this CPU."""
     import hashlib
 
-    material = "\n".join([sys.prefix, installed_baseline(), " ".join(sorted(flags))])
+    builds = []
+    for variant in FASTER:
+        library = (variant.library_path or Path()) / "libggml-cpu.so"
+        if library.exists():  # a rebuilt variant must prove itself again
+            stat = library.stat()
+            builds.append(f"{variant.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    material = "\n".join([sys.prefix, installed_baseline(), " ".join(sorted(flags)), *builds])
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,14 @@ from decide.protocol import parse_request
 from infra.settings import Settings
 from tests.slow_work import distinct_nouls
 from worker.probe import PROBE_REQUEST
-from worker.runner_client import FAILED, READY, Runner, RunnerUnavailable
+from worker.runner_client import (
+    FAILED,
+    READY,
+    Runner,
+    RunnerCrashed,
+    RunnerRestarted,
+    RunnerUnavailable,
+)
 from worker.variants import Variant, installed_baseline
 
 pytestmark = pytest.mark.model
@@ -131,3 +139,77 @@ def test_decide_check_fails_with_the_cause_when_the_probe_crashes():
     found = json.loads(result.stdout)
     assert found["ok"] is False
     assert "SIGSEGV" in found["problem"] and "DECIDE_CPU_BASELINE" in found["problem"]
+
+
+def test_a_start_that_fails_for_another_reason_keeps_the_faster_build(monkeypatch):
+    monkeypatch.setenv("DECIDE_TEST_RUNNER_FAULT", "probe:exit")
+    builds = [Variant("test-variant", installed_library_dir()),
+              Variant(installed_baseline(), None)]
+    exiting = Runner(Settings(), builds=builds)
+    exiting.start()
+    try:
+        assert exiting.wait_ready(300) is False
+        assert exiting.build.name == "test-variant"  # no fallback: the build did not fault
+        assert exiting.rejected == []
+        assert "status 3" in exiting.problem
+    finally:
+        exiting.stop()
+
+
+@pytest.fixture
+def crashable(monkeypatch):
+    """A runner that faults on any request whose state holds NESTED-CRASH."""
+    monkeypatch.setenv("DECIDE_TEST_RUNNER_FAULT", "segfault:NESTED-CRASH")
+    made = Runner(Settings())
+    made.start()
+    assert made.wait_ready(300), made.problem
+    yield made
+    made.stop()
+
+
+def crash_between_rows(runner: Runner) -> None:
+    """A nested request that kills the runner; it is the nested caller that sees the crash."""
+    with pytest.raises(RunnerCrashed, match="SIGSEGV"):
+        runner.decide(runner.info["model"],
+                      parse_request({**PROBE_REQUEST, "state": "NESTED-CRASH"}))
+
+
+def test_a_job_whose_runner_died_under_a_nested_job_is_put_back_uncounted(crashable):
+    crashed = []
+
+    def before_row() -> None:
+        if not crashed:
+            crashed.append(crash_between_rows(crashable))
+
+    with pytest.raises(RunnerRestarted, match="another job between this job's rows"):
+        crashable.decide(crashable.info["model"],
+                         parse_request({"state": "outer", "questions": distinct_nouls(2)}),
+                         before_row)
+    answer = crashable.decide(crashable.info["model"], parse_request(PROBE_REQUEST))
+    assert set(answer.answers) == {"department", "refund"}
+
+
+def test_a_stop_after_a_nested_crash_never_reaches_the_new_runner(crashable):
+    class Stop(Exception):
+        pass
+
+    def before_row() -> None:
+        crash_between_rows(crashable)
+        raise Stop
+
+    with pytest.raises(Stop):
+        crashable.decide(crashable.info["model"],
+                         parse_request({"state": "outer", "questions": distinct_nouls(2)}),
+                         before_row)
+    # the new runner was told nothing about the old request: it answers the next one
+    answer = crashable.decide(crashable.info["model"], parse_request(PROBE_REQUEST))
+    assert set(answer.answers) == {"department", "refund"}
+
+
+def test_a_runner_killed_between_jobs_is_replaced_without_failing_the_next_job(crashable):
+    old = crashable.pid
+    os.kill(old, signal.SIGKILL)
+    os.waitid(os.P_PID, old, os.WEXITED | os.WNOWAIT)  # dead, not yet reaped
+    answer = crashable.decide(crashable.info["model"], parse_request(PROBE_REQUEST))
+    assert set(answer.answers) == {"department", "refund"}
+    assert crashable.pid != old and crashable.crashes == 1
