@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 
 from sqlalchemy import Engine as Database
 
@@ -39,7 +38,7 @@ class CeleryQueue:
     def ready(self) -> tuple[bool, str]:
         if not self._broker.ping():
             return False, "the broker does not answer"
-        alive = live_counts(self._db, now=time.time())
+        alive = live_counts(self._db)
         missing = [model for model in self._models if not alive.get(model)]
         if missing:
             return False, f"no live worker for {', '.join(missing)}"

@@ -91,7 +91,7 @@ class StoreCollector(Collector):
                 age.add_metric([model, priority], 0.0 if oldest is None else now - oldest)
         workers = GaugeMetricFamily("decide_workers", "Live workers per model",
                                     labels=["model"])
-        alive = live_counts(self._db, now=now)
+        alive = live_counts(self._db)
         for model in models:
             workers.add_metric([model], alive.get(model, 0))
         yield from (depth, age, workers)

@@ -5,6 +5,7 @@ service benchmark; it starts and kills processes the way an operator would."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,7 +21,42 @@ import redis
 from sqlalchemy import create_engine, text
 
 POSTGRES_ADMIN = os.environ.get("DECIDE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
-REDIS_URL = os.environ.get("DECIDE_TEST_REDIS", "redis://127.0.0.1:6379/11")
+SHARED_REDIS_URL = os.environ.get("DECIDE_TEST_REDIS", "redis://127.0.0.1:6379/11")
+"""Where a cluster's broker lives when this machine has no ``redis-server`` to start one of its
+own: one database number of a shared server, flushed alone (never FLUSHALL)."""
+
+
+class OwnRedis:
+    """A ``redis-server`` of the cluster's own on a free loopback port, nothing saved: tests may
+    flush, stop or restart it without touching anybody else's Redis."""
+
+    def __init__(self, root: Path) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._root = root
+        self._process: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        log = (self._root / f"redis-{self.port}.log").open("a")
+        self._process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self._root)], stdout=log, stderr=log)
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self._process.poll() is not None:
+                    raise RuntimeError(f"redis-server on port {self.port} did not start") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            self._process.wait(timeout=10)
 
 
 def free_port() -> int:
@@ -51,16 +87,18 @@ class LocalCluster:
             admin.execute(f'CREATE DATABASE "{self.database}"')
         self.database_url = (f"{POSTGRES_ADMIN.replace('postgresql://', 'postgresql+psycopg://')}"
                              f"/{self.database}")
+        self.own_redis = OwnRedis(root) if shutil.which("redis-server") else None
+        self.redis_url = self.own_redis.url if self.own_redis else SHARED_REDIS_URL
         self.env = {**os.environ, "DECIDE_DATABASE_URL": self.database_url,
-                    "DECIDE_BROKER_URL": REDIS_URL, "DECIDE_API_KEYS": "",
+                    "DECIDE_BROKER_URL": self.redis_url, "DECIDE_API_KEYS": "",
                     **(extra_env or {})}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.workers: list[subprocess.Popen] = []
         self.api: subprocess.Popen | None = None
         self.db = create_engine(self.database_url)
-        self.redis = redis.Redis.from_url(REDIS_URL)
-        self.redis.flushdb()
+        self.redis = redis.Redis.from_url(self.redis_url)
+        self.redis.flushdb()  # this cluster's own database (and server, where it has one)
         self._logs = 0
         subprocess.run([sys.executable, "-m", "decide", "migrate"], env=self.env, check=True,
                        capture_output=True)
@@ -132,5 +170,7 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 process.kill()
         self.db.dispose()
+        if self.own_redis is not None:
+            self.own_redis.stop()
         with psycopg.connect(f"{POSTGRES_ADMIN}/postgres", autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')

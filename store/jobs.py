@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, func, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from store.clock import database_now
 from store.tables import batches, jobs, usage, workers
 
 QUEUED, RUNNING = "queued", "running"
@@ -221,7 +222,9 @@ def finish_job(db: Engine, job: JobRecord, *, status: str,
                result: dict[str, Any] | None = None, error: dict[str, Any] | None = None,
                decode_ms: float | None = None, input_tokens: int | None = None) -> bool:
     """running → a finished state, with its usage recorded in the same transaction; False when
-    the job was not running any more."""
+    the job was not running any more, or not under this claim: ``job`` is the record its claim
+    returned, and its attempt number (``decode_runs``) is the claim's token. A worker whose job
+    was re-queued (its heartbeats lost) and claimed by another cannot finish it."""
     return _again_if_disconnected(lambda: _finish(db, job, status, result, error, decode_ms,
                                                   input_tokens))
 
@@ -235,8 +238,8 @@ def _finish(db: Engine, job: JobRecord, status: str, result: dict[str, Any] | No
                               "decode_ms": decode_ms}
     if input_tokens is not None:
         values["input_tokens"] = input_tokens
-    finishing = update(jobs).where(jobs.c.id == job.id, jobs.c.status == RUNNING).values(
-        **values)
+    finishing = update(jobs).where(jobs.c.id == job.id, jobs.c.status == RUNNING,
+                                   jobs.c.decode_runs == job.decode_runs).values(**values)
     if status != SUCCEEDED:
         with db.connect() as connection:
             connection = connection.execution_options(isolation_level="AUTOCOMMIT")
@@ -363,26 +366,25 @@ def _settle_crashed(db: Engine, where: tuple[Any, ...], max_attempts: int,
         return _requeue(connection, where, max_attempts), failed
 
 
-def requeue_abandoned(db: Engine, *, alive_since: float,
+def requeue_abandoned(db: Engine, *, dead_after: float,
                       max_attempts: int) -> tuple[int, list[str]]:
-    """Jobs running on a worker that stopped beating go back to the queue, to be sent again;
-    those claimed ``max_attempts`` times already end failed (``worker_crashed``) instead.
-    Returns how many were re-queued, and the ids of those that failed."""
-    alive = select(workers.c.id).where(workers.c.last_seen >= alive_since)
+    """Jobs running on a worker silent for ``dead_after`` seconds (by the database's clock, so
+    no worker's own clock decides) go back to the queue, to be sent again; those claimed
+    ``max_attempts`` times already end failed (``worker_crashed``) instead. Returns how many
+    were re-queued, and the ids of those that failed."""
+    alive = select(workers.c.id).where(workers.c.last_seen >= database_now(db) - dead_after)
     where = (jobs.c.status == RUNNING, jobs.c.worker_id.is_not(None),
              jobs.c.worker_id.not_in(alive))
     return _settle_crashed(db, where, max_attempts, "it stopped sending heartbeats")
 
 
 def release_crashed(db: Engine, job_id: str, *, max_attempts: int, worker_id: str | None = None,
-                    cause: str | None = None) -> str | None:
+                    cause: str | None = None, attempt: int | None = None) -> str | None:
     """A running job whose decoding process crashed while its worker lived on: back to the
     queue with attempts left, else failed (``worker_crashed``). With ``worker_id``, only while
-    that worker holds it. Returns the new status; None when the job was not running (any more,
-    e.g. finished meanwhile), or not that worker's."""
-    where: tuple[Any, ...] = (jobs.c.id == job_id, jobs.c.status == RUNNING)
-    if worker_id is not None:
-        where = (*where, jobs.c.worker_id == worker_id)
+    that worker holds it; with ``attempt``, only under that claim. Returns the new status; None
+    when the job was not running (any more, e.g. finished meanwhile), or not that claim's."""
+    where = _held(job_id, worker_id, attempt)
     requeued, failed = _again_if_disconnected(
         lambda: _settle_crashed(db, where, max_attempts, cause))
     if requeued:
@@ -390,12 +392,21 @@ def release_crashed(db: Engine, job_id: str, *, max_attempts: int, worker_id: st
     return FAILED if failed else None
 
 
-def unclaim(db: Engine, job_id: str, *, worker_id: str | None = None) -> bool:
-    """running → queued, the claim not counted: a worker took the job but had no runner ready
-    to decode it (nothing ran, so it is no attempt). False when the job was not ours."""
+def _held(job_id: str, worker_id: str | None, attempt: int | None) -> tuple[Any, ...]:
+    """The job, while it runs under this worker and this claim (each when given)."""
     where: tuple[Any, ...] = (jobs.c.id == job_id, jobs.c.status == RUNNING)
     if worker_id is not None:
         where = (*where, jobs.c.worker_id == worker_id)
+    if attempt is not None:
+        where = (*where, jobs.c.decode_runs == attempt)
+    return where
+
+
+def unclaim(db: Engine, job_id: str, *, worker_id: str | None = None,
+            attempt: int | None = None) -> bool:
+    """running → queued, the claim not counted: a worker took the job but had no runner ready
+    to decode it (nothing ran, so it is no attempt). False when the job was not ours."""
+    where = _held(job_id, worker_id, attempt)
 
     def release() -> bool:
         with db.begin() as connection:
@@ -463,13 +474,22 @@ def queued_rows(db: Engine, *, model: str, priority: str) -> int:
 
 def purge_finished_before(db: Engine, cutoff: float) -> int:
     """Retention: jobs still queued since before ``cutoff`` expire; finished jobs older than it
-    are deleted, and so are batches left without jobs. Usage rows stay (the audit)."""
+    are deleted. A batch goes whole or not at all: its items only once every one of them
+    finished before ``cutoff`` (deleting some would leave it short of its total, and never
+    complete). Usage rows stay (the audit)."""
     with db.begin() as connection:
         connection.execute(update(jobs).where(jobs.c.status == QUEUED,
                                               jobs.c.created_at < cutoff)
                            .values(status=EXPIRED, finished_at=time.time()))
         purged = connection.execute(jobs.delete().where(
-            jobs.c.status.in_(FINISHED), jobs.c.finished_at < cutoff)).rowcount
+            jobs.c.status.in_(FINISHED), jobs.c.finished_at < cutoff,
+            jobs.c.batch_id.is_(None))).rowcount
+        still_kept = select(jobs.c.id).where(
+            jobs.c.batch_id == batches.c.id,
+            (jobs.c.status.not_in(FINISHED)) | (jobs.c.finished_at >= cutoff)).exists()
+        old_batches = select(batches.c.id).where(batches.c.created_at < cutoff, ~still_kept)
+        purged += connection.execute(jobs.delete().where(
+            jobs.c.batch_id.in_(old_batches))).rowcount
         connection.execute(batches.delete().where(
             batches.c.created_at < cutoff,
             ~select(jobs.c.id).where(jobs.c.batch_id == batches.c.id).exists()))

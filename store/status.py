@@ -27,7 +27,7 @@ def lane_status(db: Engine, models: list[str], default: str) -> list[dict[str, A
                    func.coalesce(func.sum(usage.c.input_tokens), 0))
             .where(usage.c.finished_at >= now - WINDOW_SECONDS)
             .group_by(usage.c.model)).all()
-    alive = live_counts(db, now=now)
+    alive = live_counts(db)
     counts = {(model, priority, status): (count, oldest)
               for model, priority, status, count, oldest in lanes}
     throughput = {model: (jobs_, rows, tokens) for model, jobs_, rows, tokens in recent}

@@ -6,10 +6,11 @@ import logging
 import os
 import socket
 import threading
-import time
+import uuid
 
 from sqlalchemy import Engine, delete, func, select, update
 
+from store.clock import database_now
 from store.tables import workers
 
 log = logging.getLogger("decide.worker")
@@ -21,7 +22,8 @@ DEAD_AFTER_SECONDS = 10.0
 
 def beat(db: Engine, *, worker_id: str, model: str, hostname: str, pid: int,
          metrics_port: int | None = None) -> None:
-    now = time.time()
+    """Stamped with the database's clock: a worker's own clock may be wrong."""
+    now = database_now(db)
     with db.begin() as connection:
         touched = connection.execute(update(workers).where(workers.c.id == worker_id)
                                      .values(last_seen=now)).rowcount
@@ -36,9 +38,9 @@ def leave(db: Engine, worker_id: str) -> None:
         connection.execute(delete(workers).where(workers.c.id == worker_id))
 
 
-def live_counts(db: Engine, *, now: float | None = None) -> dict[str, int]:
-    """Live workers per model."""
-    since = (now or time.time()) - DEAD_AFTER_SECONDS
+def live_counts(db: Engine) -> dict[str, int]:
+    """Live workers per model: beaten within DEAD_AFTER_SECONDS by the database's clock."""
+    since = database_now(db) - DEAD_AFTER_SECONDS
     with db.connect() as connection:
         rows = connection.execute(select(workers.c.model, func.count())
                                   .where(workers.c.last_seen >= since)
@@ -46,10 +48,17 @@ def live_counts(db: Engine, *, now: float | None = None) -> dict[str, int]:
     return {model: int(count) for model, count in rows}
 
 
-def forget_dead(db: Engine, *, older_than: float) -> int:
+def forget_dead(db: Engine, *, silent_for: float) -> int:
+    """Forget workers silent for ``silent_for`` seconds (by the database's clock)."""
     with db.begin() as connection:
-        return connection.execute(delete(workers).where(workers.c.last_seen < older_than)
-                                  ).rowcount
+        return connection.execute(delete(workers).where(
+            workers.c.last_seen < database_now(db) - silent_for)).rowcount
+
+
+def new_worker_id(model: str) -> str:
+    """Every start its own id: a restarted worker may have its predecessor's hostname and PID
+    (PID 1 in a container), and must not keep the dead one's jobs looking owned."""
+    return f"{socket.gethostname()}:{os.getpid()}:{model}:{uuid.uuid4().hex[:8]}"
 
 
 class Heartbeat:

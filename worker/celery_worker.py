@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 
+from celery.signals import worker_shutting_down
 from prometheus_client import start_http_server
 
 from infra import metrics
@@ -25,10 +26,10 @@ from infra.lanes import CANCEL_CHANNEL, TASK_NAME, lanes_of
 from infra.models import load_catalog
 from infra.settings import Settings
 from store.db import make_engine
-from store.workers import Heartbeat
+from store.workers import Heartbeat, new_worker_id
 from worker.delivery import Delivery
-from worker.execute import CancelledJobs, run_job
-from worker.runner_client import Runner, RunnerEngine
+from worker.execute import LEAVING, CancelledJobs, run_job
+from worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
 
 log = logging.getLogger("decide.worker")
 FOREGROUND_LOOK_SECONDS = 0.02
@@ -62,7 +63,7 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
     # no ping before each use: claims and finishes retry once on a dropped connection instead
     db = make_engine(settings.resolved_database_url, ping_on_checkout=False)
     broker = Broker(settings.broker_url)
-    worker_id = f"{socket.gethostname()}:{os.getpid()}:{config.name}"
+    worker_id = new_worker_id(config.name)
 
     def engine_for(model: str):
         if model != config.name:
@@ -72,15 +73,32 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
     last_look = [0.0]
 
     def serve_foreground_first() -> None:
-        """Between background rows: decode every foreground job waiting on our lane."""
+        """Between background rows: decode every foreground job waiting on our lane. A Redis
+        or database error here belongs to the foreground job, never to the background job
+        around it: the background job goes on, and a foreground job taken but not run is
+        sent again."""
         now = time.monotonic()
         if now - last_look[0] < FOREGROUND_LOOK_SECONDS:
             return
         last_look[0] = now
-        while (waiting := broker.take_waiting(config.name, "foreground")) is not None:
-            run_job(waiting, db=db, engine_for=engine_for, worker_id=worker_id,
-                    on_finished=broker.publish_finished, cancelled=cancelled,
-                    max_attempts=settings.max_attempts)
+        while True:
+            try:
+                waiting = broker.take_waiting(config.name, "foreground")
+            except Exception as error:  # Redis away: look again after the next rows
+                log.warning("cannot look for foreground work (%s)", error)
+                return
+            if waiting is None:
+                return
+            try:
+                run_job(waiting, db=db, engine_for=engine_for, worker_id=worker_id,
+                        on_finished=broker.publish_finished, cancelled=cancelled,
+                        max_attempts=settings.max_attempts)
+            except RunnerUnavailable:
+                raise  # the background job stops too; both go back to the queue
+            except Exception:
+                log.exception("foreground job %s could not be run between rows", waiting)
+                _send_again(broker, waiting, config.name)
+                return
 
     @broker.celery.task(name=TASK_NAME)
     def run_job_task(job_id: str) -> str | None:
@@ -98,6 +116,8 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
 
     failed = threading.Event()
 
+    # a finish still failing when Celery shuts down gives up; the repair loop re-queues it
+    worker_shutting_down.connect(lambda **_: LEAVING.set(), weak=False)
     cancelled = CancelledJobs()
     ChannelListener(settings.broker_url, CANCEL_CHANNEL, cancelled.add).start()
 
@@ -127,6 +147,15 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
     if failed.is_set():
         raise SystemExit(f"decide worker: the decoding runner of {config.name!r} could not "
                          f"start again: {runner.problem}")
+
+
+def _send_again(broker: Broker, job_id: str, model: str) -> None:
+    """Put a foreground job back on its lane; a duplicate is harmless (claims are conditional),
+    and where Redis is away too, the delivery loop sends it again from the database."""
+    try:
+        broker.send(job_id, model, "foreground")
+    except Exception as error:
+        log.warning("foreground job %s is left to the delivery loop (%s)", job_id, error)
 
 
 def _await_runner(runner: Runner) -> bool:

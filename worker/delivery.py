@@ -94,11 +94,11 @@ class Delivery:
     def tick(self) -> None:
         now = time.time()
         repairing = now - self._last_repair >= REPAIR_EVERY_SECONDS
-        alive = live_counts(self._db, now=now) if repairing else {}
+        alive = live_counts(self._db) if repairing else {}
         if repairing:
             self._last_repair = now
-            self._repair_abandoned(alive_since=now - DEAD_AFTER_SECONDS)
-            forget_dead(self._db, older_than=now - 10 * DEAD_AFTER_SECONDS)
+            self._repair_abandoned()
+            forget_dead(self._db, silent_for=10 * DEAD_AFTER_SECONDS)
         if now - self._last_purge >= jobs.PURGE_EVERY_SECONDS:
             self._last_purge = now
             jobs.purge_finished_before(self._db, now - self._retention_seconds)
@@ -108,11 +108,11 @@ class Delivery:
                 self._refill(model, priority, lengths[(model, priority)], alive.get(model, 0),
                              now, repairing)
 
-    def _repair_abandoned(self, *, alive_since: float) -> None:
+    def _repair_abandoned(self) -> None:
         """Jobs of workers that stopped: re-queued, or failed once out of attempts; a failed
         one is announced, so a front door waiting on it answers now rather than at its
         timeout."""
-        requeued, failed = jobs.requeue_abandoned(self._db, alive_since=alive_since,
+        requeued, failed = jobs.requeue_abandoned(self._db, dead_after=DEAD_AFTER_SECONDS,
                                                   max_attempts=self._max_attempts)
         if requeued:
             log.warning("re-queued %d jobs of workers that stopped", requeued)

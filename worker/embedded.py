@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import queue
 import threading
 import time
@@ -25,13 +24,15 @@ from infra.events import JobEvents
 from infra.models import Catalog
 from infra.settings import Settings
 from store import jobs
-from store.workers import Heartbeat
-from worker.execute import CancelledJobs, run_job
+from store.workers import Heartbeat, new_worker_id
+from worker.execute import LEAVING, CancelledJobs, run_job
 from worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
 
 log = logging.getLogger("decide.worker")
 _LANE_ORDER = {"foreground": 0, "background": 1}
 READY_POLL_SECONDS = 0.5
+RETRY_PAUSE_SECONDS = 0.5
+"""How long a job that could not be run (its claim refused) waits before it is tried again."""
 
 
 class EmbeddedWorker:
@@ -55,8 +56,9 @@ class EmbeddedWorker:
     def start(self) -> None:
         """Start the runner (it loads the default model and decodes the probe), take back the
         jobs a previous process left, and start taking jobs once the runner is ready."""
+        LEAVING.clear()
         self._runner.start()
-        self._heartbeat = Heartbeat(self._db, worker_id=f"embedded:{os.getpid()}",
+        self._heartbeat = Heartbeat(self._db, worker_id=new_worker_id(self._catalog.default),
                                     model=self._catalog.default)
         self._heartbeat.start()
         _, failed = jobs.requeue_running(self._db, max_attempts=self._settings.max_attempts)
@@ -109,12 +111,12 @@ class EmbeddedWorker:
             if not ready:
                 continue
             try:
-                _, _, job_id = self._queue.get(timeout=READY_POLL_SECONDS)
+                lane, _, job_id = self._queue.get(timeout=READY_POLL_SECONDS)
             except queue.Empty:
                 continue
-            self._run(job_id)
+            self._run(job_id, lane)
 
-    def _run(self, job_id: str, nested: bool = False) -> None:
+    def _run(self, job_id: str, lane: int, nested: bool = False) -> None:
         try:
             run_job(job_id, db=self._db, engine_for=self._engine_for,
                     on_finished=self._events.publish, cancelled=self.cancelled,
@@ -125,7 +127,11 @@ class EmbeddedWorker:
             if nested:
                 raise
         except Exception:  # the loop (and a background job around it) outlives any one job
-            log.exception("job %s could not be run", job_id)
+            log.exception("job %s could not be run; it is tried again", job_id)
+            # a claim the database refused leaves the job queued: back in line, after a pause
+            # (a job taken or finished meanwhile is skipped by its next claim)
+            self._stopping.wait(RETRY_PAUSE_SECONDS)
+            self._queue.put((lane, next(self._order), job_id))
 
     def _purge(self, cutoff: float) -> None:
         try:
@@ -140,11 +146,12 @@ class EmbeddedWorker:
                 waiting = self._queue.queue
                 if not waiting or waiting[0][0] != _LANE_ORDER["foreground"]:
                     return
-            _, _, job_id = self._queue.get_nowait()
-            self._run(job_id, nested=True)
+            lane, _, job_id = self._queue.get_nowait()
+            self._run(job_id, lane, nested=True)
 
     def stop(self) -> None:
         self._stopping.set()
+        LEAVING.set()  # a finish the database keeps refusing gives up now
         self._heartbeat.stop()
         if self._thread.is_alive():
             self._thread.join(timeout=30)

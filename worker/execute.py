@@ -6,13 +6,15 @@ and reads everything else from the database, the source of truth.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Engine as Database
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from decide.engine import Decision
 from decide.errors import DecideError
@@ -25,6 +27,32 @@ log = logging.getLogger("decide.worker")
 CANCEL_CHECK_SECONDS = 1.0
 """How often a running job reads its cancel flag from the database. The front door also
 announces a cancel to the workers, who then stop before the next row without reading."""
+
+
+T = TypeVar("T")
+FINISH_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
+"""Waits between tries of a finish the database refused (the last one repeats)."""
+LEAVING = threading.Event()
+"""Set when this process's worker stops: a finish still failing then gives up, and the job,
+still ``running``, is re-queued by the delivery loop once this worker's heartbeats stop."""
+
+
+def until_stored(operation: Callable[[], T], what: str) -> T | None:
+    """Run ``operation`` until the database takes it (a restart of PostgreSQL, a locked SQLite
+    file), waiting longer after each refusal; None when the worker leaves first. A decoded
+    job's result is never dropped because one write failed."""
+    for attempt in itertools.count():
+        try:
+            return operation()
+        except (OperationalError, InterfaceError) as error:
+            wait = FINISH_BACKOFF_SECONDS[min(attempt, len(FINISH_BACKOFF_SECONDS) - 1)]
+            log.warning("%s failed (%s); trying again in %.1f s", what,
+                        type(error).__name__, wait)
+            if LEAVING.wait(wait):
+                log.error("%s: the worker is leaving; the job stays running and is re-queued "
+                          "once this worker's heartbeats stop", what)
+                return None
+    return None
 
 
 class DecisionEngine(Protocol):
@@ -82,7 +110,7 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], DecisionEn
                             max_attempts=max_attempts, on_finished=on_finished,
                             on_requeued=on_requeued)
     except RunnerUnavailable:
-        jobs.unclaim(db, job_id, worker_id=worker_id)
+        jobs.unclaim(db, job_id, worker_id=worker_id, attempt=job.decode_runs)
         if on_requeued is not None:
             on_requeued(job_id)
         raise
@@ -92,7 +120,7 @@ def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: st
                  max_attempts: int, on_finished: Callable[[str], None] | None,
                  on_requeued: Callable[[str], None] | None) -> str | None:
     status = jobs.release_crashed(db, job.id, max_attempts=max_attempts, worker_id=worker_id,
-                                  cause=cause)
+                                  cause=cause, attempt=job.decode_runs)
     log.error("job %s: %s; the job is %s (claimed %d of at most %d times)", job.id, cause,
               status, job.decode_runs, max_attempts)
     if status == jobs.QUEUED and on_requeued is not None:
@@ -147,8 +175,9 @@ def _decode_claimed(job: jobs.JobRecord, *, db: Database,
         log.exception("job %s failed", job_id)
         error = {"error_type": "internal_error", "message": f"decoding failed: {failure}"}
     decode_ms = (time.perf_counter() - started) * 1000
-    jobs.finish_job(db, job, status=status, result=result, error=error, decode_ms=decode_ms,
-                    input_tokens=tokens)
+    until_stored(lambda: jobs.finish_job(db, job, status=status, result=result, error=error,
+                                         decode_ms=decode_ms, input_tokens=tokens),
+                 f"finishing job {job_id}")
     metrics.decode_time.labels(job.model).observe(decode_ms / 1000)
     metrics.jobs_finished.labels(job.model, job.priority, status).inc()
     if on_finished is not None and job.batch_id is None:  # nobody waits on a batch item

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import signal
 import time
+import uuid
 
 import pytest
+import redis
 
 from infra.broker import Broker
-from launch.local import REDIS_URL
 from tests.slow_work import distinct_nouls
 
 pytestmark = pytest.mark.model
@@ -52,7 +53,7 @@ def test_a_batch_completes_and_a_redelivered_job_is_not_decoded_again(cluster):
         assert_exactly_once(cluster, client, batch_id, 30)
         first = cluster.scalar("SELECT id FROM jobs WHERE batch_id = :b AND item_index = 0",
                                b=batch_id)
-        Broker(REDIS_URL).send(first, "gemma-3-270m", "background")  # a duplicate delivery
+        Broker(cluster.redis_url).send(first, "gemma-3-270m", "background")  # a duplicate delivery
         time.sleep(2)
         assert cluster.scalar("SELECT decode_runs FROM jobs WHERE id = :j", j=first) == 1
         sync = client.post("/v1/systemone", json={"state": "charged twice",
@@ -75,11 +76,21 @@ def test_sigkill_of_the_worker_mid_batch(cluster):
 
 
 def test_flushall_on_redis_mid_batch(cluster):
-    with cluster.client() as client:
-        batch_id = submit_batch(client, 40)
-        cluster.wait_succeeded(batch_id, 8)
-        cluster.redis.flushall()
-        assert_exactly_once(cluster, client, batch_id, 40)
+    # the cluster's own Redis server is flushed, never the machine's: a key another program
+    # keeps in the machine's Redis survives
+    assert cluster.own_redis is not None, "redis-server is needed (.ci/run installs it)"
+    machine = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    sentinel = f"decide-test-sentinel-{uuid.uuid4().hex}"
+    machine.set(sentinel, "another program's data", ex=600)
+    try:
+        with cluster.client() as client:
+            batch_id = submit_batch(client, 40)
+            cluster.wait_succeeded(batch_id, 8)
+            cluster.redis.flushall()
+            assert_exactly_once(cluster, client, batch_id, 40)
+        assert machine.get(sentinel) == b"another program's data"
+    finally:
+        machine.delete(sentinel)
 
 
 def test_api_restart_mid_batch(cluster):

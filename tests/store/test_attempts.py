@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from pydantic import ValidationError
 from sqlalchemy import func, select
@@ -40,7 +38,7 @@ def claim(db, job_id: str, worker_id: str | None = DEAD) -> jobs.JobRecord:
 def abandon(db, max_attempts: int = 3) -> tuple[int, list[str]]:
     """The repair step, with only ALIVE beating: DEAD's jobs are abandoned."""
     beat(db, worker_id=ALIVE, model="m", hostname="h", pid=1)
-    return jobs.requeue_abandoned(db, alive_since=time.time() - 10,
+    return jobs.requeue_abandoned(db, dead_after=10,
                                   max_attempts=max_attempts)
 
 

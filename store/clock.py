@@ -1,0 +1,25 @@
+"""The database's clock, in Unix seconds, as a SQL expression.
+
+Liveness compares a worker's last heartbeat with "now". Taken from each process's own clock,
+a worker whose clock runs 30 s behind looks dead while it works, and its job is decoded twice;
+so heartbeats are stamped, and compared, with the one clock every process shares.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, Float, cast, func, select
+from sqlalchemy.sql.elements import ColumnElement
+
+_UNIX_EPOCH_JULIAN_DAY = 2440587.5
+
+
+def database_now(db: Engine) -> ColumnElement[float]:
+    """Now, as the database sees it (PostgreSQL's clock_timestamp, SQLite's julianday)."""
+    if db.dialect.name == "postgresql":
+        return cast(func.extract("epoch", func.clock_timestamp()), Float)
+    return (func.julianday("now") - _UNIX_EPOCH_JULIAN_DAY) * 86400.0
+
+
+def read_database_now(db: Engine) -> float:
+    with db.connect() as connection:
+        return float(connection.execute(select(database_now(db))).scalar_one())

@@ -1,0 +1,240 @@
+"""Exactly once when workers, clocks and the database misbehave (issue 12), on SQLite and a real
+PostgreSQL database: claims are fenced by their attempt number, liveness reads the database's
+clock, every worker start has its own id, a refused finish is tried again, and retention keeps
+a batch whole."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from sqlalchemy.exc import OperationalError
+
+from decide.engine import Decision
+from store import batches, jobs
+from store.workers import beat, live_counts, new_worker_id
+from worker import execute
+
+REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
+
+
+def new(db) -> str:
+    job, _ = jobs.create_job(db, owner="alice", model="m", priority="background",
+                             request=REQUEST, metadata=None, rows=1, input_tokens=20)
+    return job.id
+
+
+def test_a_stale_claim_cannot_finish_a_job_another_worker_holds(db):
+    job_id = new(db)
+    stale = jobs.claim_job(db, job_id, "worker-a")
+    # worker-a's heartbeats were lost (a partition): its job goes back and worker-b takes it
+    jobs.requeue_abandoned(db, dead_after=10, max_attempts=3)
+    current = jobs.claim_job(db, job_id, "worker-b")
+    assert (stale.decode_runs, current.decode_runs) == (1, 2)
+    assert jobs.finish_job(db, stale, status=jobs.SUCCEEDED, result={"from": "a"}) is False
+    assert jobs.release_crashed(db, job_id, max_attempts=3, attempt=stale.decode_runs) is None
+    assert jobs.unclaim(db, job_id, attempt=stale.decode_runs) is False
+    assert jobs.get_job(db, job_id).status == jobs.RUNNING
+    assert jobs.finish_job(db, current, status=jobs.SUCCEEDED, result={"from": "b"}) is True
+    assert jobs.get_job(db, job_id).result == {"from": "b"}
+
+
+def test_a_worker_whose_clock_is_30_s_behind_is_still_alive(db, monkeypatch):
+    job_id = new(db)
+    jobs.claim_job(db, job_id, "skewed-worker")
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 30)  # this process's clock is wrong
+    beat(db, worker_id="skewed-worker", model="m", hostname="h", pid=1)
+    monkeypatch.setattr(time, "time", real)
+    assert live_counts(db) == {"m": 1}
+    assert jobs.requeue_abandoned(db, dead_after=10, max_attempts=3) == (0, [])
+    assert jobs.get_job(db, job_id).status == jobs.RUNNING
+
+
+def test_a_worker_silent_past_the_limit_by_the_database_clock_is_dead(db):
+    job_id = new(db)
+    jobs.claim_job(db, job_id, "quiet-worker")
+    beat(db, worker_id="quiet-worker", model="m", hostname="h", pid=1)
+    assert jobs.requeue_abandoned(db, dead_after=10, max_attempts=3) == (0, [])
+    assert jobs.requeue_abandoned(db, dead_after=-1, max_attempts=3) == (1, [])
+    assert jobs.get_job(db, job_id).status == jobs.QUEUED
+
+
+def test_every_worker_start_has_its_own_id():
+    first, second = new_worker_id("m"), new_worker_id("m")
+    assert first != second
+    for worker_id in (first, second):
+        assert worker_id.startswith(f"{socket.gethostname()}:{os.getpid()}:m:")
+
+
+class AnsweringEngine:
+    """Decodes nothing: this test is about storing the result, not computing it."""
+
+    def decide(self, request, before_row=None) -> Decision:
+        return Decision(model="m", answers={}, input_tokens=7)
+
+
+def test_a_finish_the_database_refuses_is_tried_again_until_it_lands(db, monkeypatch):
+    job_id = new(db)
+    real_finish = jobs._finish
+    refusals = []
+
+    def refusing_twice(*args, **kwargs):
+        if len(refusals) < 2:
+            refusals.append(1)
+            raise OperationalError("UPDATE jobs", {}, Exception("the database is restarting"))
+        return real_finish(*args, **kwargs)
+
+    monkeypatch.setattr(jobs, "_finish", refusing_twice)
+    monkeypatch.setattr(execute, "FINISH_BACKOFF_SECONDS", (0.01,))
+    status = execute.run_job(job_id, db=db, engine_for=lambda model: AnsweringEngine(),
+                             worker_id="w")
+    assert status == jobs.SUCCEEDED and len(refusals) == 2
+    stored = jobs.get_job(db, job_id)
+    assert stored.status == jobs.SUCCEEDED and stored.input_tokens == 7
+
+
+def test_a_batch_straddling_the_retention_cutoff_is_kept_whole(db):
+    batch, (old_item, new_item) = batches.create_batch(
+        db, owner="alice", model="m", priority="background", questions=REQUEST["questions"],
+        metadata=None, items=[("a", "s1"), ("b", "s2")], rows_per_item=1)
+    for job_id, finished_at in ((old_item, 100.0), (new_item, 300.0)):
+        claimed = jobs.claim_job(db, job_id, "w")
+        jobs.finish_job(db, claimed, status=jobs.SUCCEEDED, result={})
+        with db.begin() as connection:
+            connection.execute(jobs.jobs.update().where(jobs.jobs.c.id == job_id)
+                               .values(finished_at=finished_at, created_at=50.0))
+    with db.begin() as connection:
+        connection.execute(batches.batches.update().values(created_at=50.0))
+    assert jobs.purge_finished_before(db, cutoff=200.0) == 0  # one item is younger: keep all
+    kept = batches.get_batch(db, batch.id, "alice")
+    assert kept is not None
+    assert batches.progress(db, batch.id).finished == 2
+    assert jobs.purge_finished_before(db, cutoff=400.0) == 2  # all older now: the whole batch
+    assert batches.get_batch(db, batch.id, "alice") is None
+    assert jobs.get_job(db, old_item) is None and jobs.get_job(db, new_item) is None
+
+
+class AnsweringRunner:
+    """A runner that is always ready and answers without a model (the loop is under test)."""
+
+    state, problem, pid, serving = "ready", None, 0, True
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def wait_ready(self, timeout: float) -> bool:
+        return True
+
+    def decide(self, model, request, before_row=None) -> Decision:
+        return AnsweringEngine().decide(request, before_row)
+
+
+def test_the_embedded_worker_outlives_a_retention_error(tmp_path, monkeypatch):
+    from infra.events import JobEvents
+    from infra.models import load_catalog
+    from infra.settings import Settings
+    from store.db import make_engine
+    from store.migrate import upgrade
+    from worker.embedded import EmbeddedWorker
+
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    upgrade(url)
+    db = make_engine(url)
+    settings = Settings(database_url=url)
+    catalog = load_catalog(settings)
+
+    def locked(*args, **kwargs):
+        raise OperationalError("UPDATE jobs", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(jobs, "purge_finished_before", locked)
+    worker = EmbeddedWorker(db=db, catalog=catalog, settings=settings, events=JobEvents(),
+                            runner=AnsweringRunner())
+    worker.start()
+    try:
+        job, _ = jobs.create_job(db, owner="alice", model=catalog.default,
+                                 priority="foreground", request=REQUEST, metadata=None,
+                                 rows=1, input_tokens=20)
+        worker.send(job.id, catalog.default, "foreground")
+        deadline = time.monotonic() + 30
+        while jobs.get_job(db, job.id).status != jobs.SUCCEEDED:
+            assert time.monotonic() < deadline, "the worker never ran the job"
+            time.sleep(0.05)
+        assert worker.ready() == (True, "decoding runner 0 ready")
+    finally:
+        worker.stop()
+        db.dispose()
+
+
+class RowsRunner(AnsweringRunner):
+    """Reads a background job's three rows only once ``go`` is set, asking before each."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.go = threading.Event()
+
+    def decide(self, model, request, before_row=None) -> Decision:
+        if request.state == "background":
+            assert self.go.wait(30)
+            for _ in range(3):
+                before_row()
+        return super().decide(model, request, before_row)
+
+
+def test_a_refused_claim_of_a_foreground_job_between_rows_loses_neither_job(tmp_path,
+                                                                          monkeypatch):
+    from infra.events import JobEvents
+    from infra.models import load_catalog
+    from infra.settings import Settings
+    from store.db import make_engine
+    from store.migrate import upgrade
+    from worker.embedded import EmbeddedWorker
+
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    upgrade(url)
+    db = make_engine(url)
+    settings = Settings(database_url=url)
+    catalog = load_catalog(settings)
+    runner = RowsRunner()
+    worker = EmbeddedWorker(db=db, catalog=catalog, settings=settings, events=JobEvents(),
+                            runner=runner)
+
+    def submit(state: str, priority: str) -> str:
+        job, _ = jobs.create_job(db, owner="alice", model=catalog.default, priority=priority,
+                                 request={**REQUEST, "state": state}, metadata=None, rows=1,
+                                 input_tokens=20)
+        worker.send(job.id, catalog.default, priority)
+        return job.id
+
+    def wait_for(job_id: str, status: str) -> None:
+        deadline = time.monotonic() + 30
+        while jobs.get_job(db, job_id).status != status:
+            assert time.monotonic() < deadline, (job_id, jobs.get_job(db, job_id).status)
+            time.sleep(0.02)
+
+    real_claim = jobs.claim_job
+    refused = []
+
+    def refuse_the_foreground_once(db_, job_id, worker_id=None):
+        if foreground and job_id == foreground[0] and not refused:
+            refused.append(job_id)
+            raise OperationalError("UPDATE jobs", {}, Exception("database is locked"))
+        return real_claim(db_, job_id, worker_id)
+
+    foreground: list[str] = []
+    monkeypatch.setattr(jobs, "claim_job", refuse_the_foreground_once)
+    worker.start()
+    try:
+        background = submit("background", "background")
+        wait_for(background, jobs.RUNNING)
+        foreground.append(submit("foreground", "foreground"))
+        runner.go.set()
+        wait_for(background, jobs.SUCCEEDED)
+        wait_for(foreground[0], jobs.SUCCEEDED)
+        assert refused == foreground
+    finally:
+        worker.stop()
+        db.dispose()
