@@ -69,6 +69,11 @@ class Broker:
             return None
         return json.loads(raw)["headers"]["id"]
 
+    def lane_ids(self, model: str, priority: str) -> set[str]:
+        """The job ids waiting on a lane's Redis list (a short window: LANE_WINDOW or so)."""
+        return {json.loads(raw)["headers"]["id"]
+                for raw in self.redis.lrange(lane(model, priority), 0, -1)}
+
     def lane_lengths(self, models: list[str]) -> dict[tuple[str, str], int]:
         pipe = self.redis.pipeline()
         keys = [(model, priority) for model in models for priority in LANES]

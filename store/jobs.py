@@ -306,20 +306,23 @@ def unsent_jobs(db: Engine, *, model: str, priority: str, limit: int) -> list[st
             .order_by(jobs.c.created_at, jobs.c.id).limit(limit)).scalars())
 
 
-def sent_queued_count(db: Engine, *, model: str, priority: str) -> int:
+def sent_queued_ids(db: Engine, *, model: str, priority: str, sent_before: float) -> list[str]:
+    """Queued jobs of a lane sent before ``sent_before``: each must be on the lane's Redis list
+    or in a worker's hand, or its message was lost."""
     with db.connect() as connection:
-        return int(connection.execute(
-            select(func.count()).select_from(jobs).where(
-                jobs.c.status == QUEUED, jobs.c.sent_at.is_not(None),
-                jobs.c.model == model, jobs.c.priority == priority)).scalar() or 0)
+        return list(connection.execute(
+            select(jobs.c.id).where(jobs.c.status == QUEUED, jobs.c.sent_at < sent_before,
+                                    jobs.c.model == model, jobs.c.priority == priority))
+            .scalars())
 
 
-def forget_sent(db: Engine, *, model: str, priority: str, sent_before: float) -> int:
-    """Queued jobs whose message was lost (a broker that restarted empty) are sent again."""
+def forget_sent(db: Engine, job_ids: list[str]) -> int:
+    """Queued jobs whose message was lost (a broker that restarted empty): sent again."""
+    if not job_ids:
+        return 0
     with db.begin() as connection:
         return connection.execute(
-            update(jobs).where(jobs.c.status == QUEUED, jobs.c.model == model,
-                               jobs.c.priority == priority, jobs.c.sent_at < sent_before)
+            update(jobs).where(jobs.c.status == QUEUED, jobs.c.id.in_(job_ids))
             .values(sent_at=None)).rowcount
 
 

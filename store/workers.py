@@ -58,7 +58,7 @@ def forget_dead(db: Engine, *, silent_for: float) -> int:
 def new_worker_id(model: str) -> str:
     """Every start its own id: a restarted worker may have its predecessor's hostname and PID
     (PID 1 in a container), and must not keep the dead one's jobs looking owned."""
-    return f"{socket.gethostname()}:{os.getpid()}:{model}:{uuid.uuid4().hex[:8]}"
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}:{model}"
 
 
 class Heartbeat:

@@ -5,8 +5,10 @@ keeps each lane's Redis list topped up from the database, oldest first, and repa
 transport lost:
   * a job queued in the database but never sent (the front door died, Redis was down, or a
     batch item waiting its turn) is sent when its lane has room;
-  * when a lane's list and the workers' in-hand messages hold fewer jobs than the database
-    says were sent (Redis restarted empty, FLUSHALL), those jobs are sent again;
+  * a job the database says was sent whose id is not on its lane's Redis list (Redis
+    restarted empty, FLUSHALL, a worker that died between taking and claiming it) is sent
+    again. Compared by id, not by counts: a busy worker's one message in hand does not hide a
+    lost one. A message a busy worker really holds is sent once more, harmlessly;
   * a job running on a worker that stopped beating (SIGKILL) goes back to the queue, unless
     workers died on it ``max_attempts`` times already: then it ends failed (worker_crashed),
     and whoever waits on it is told.
@@ -25,7 +27,7 @@ from sqlalchemy import text
 from infra.broker import Broker
 from infra.lanes import LANES
 from store import jobs
-from store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
+from store.workers import DEAD_AFTER_SECONDS, forget_dead
 
 log = logging.getLogger("decide.delivery")
 TICK_SECONDS = 0.5
@@ -36,6 +38,8 @@ REPAIR_EVERY_SECONDS = 2.0
 """How often lost messages and abandoned jobs are looked for (the rest of a tick is cheap)."""
 RESEND_GRACE_SECONDS = 3.0
 _LOCK_KEY = 0x6465636964  # "decid"
+LEADER_SILENCE_SECONDS = 20.0
+"""A delivery leader whose lock session stays idle this long loses the lock to another."""
 
 
 class Delivery:
@@ -70,31 +74,50 @@ class Delivery:
             self._stopping.wait(TICK_SECONDS)
 
     def _leading(self) -> bool:
-        """With PostgreSQL, one delivery loop acts at a time (a session advisory lock)."""
+        """With PostgreSQL, one delivery loop acts at a time (a session advisory lock).
+
+        The lock's session is touched before every tick, and PostgreSQL ends it once it has
+        been idle for LEADER_SILENCE_SECONDS: a leader that hangs, is frozen (SIGSTOP) or cut
+        off loses the lock within that time and another worker's loop takes over; a leader
+        that comes back finds its session gone before it acts again."""
         if self._db.dialect.name != "postgresql":
             return True
-        if self._lock_connection is None:
-            connection = self._db.connect()
-            held = connection.execute(text("SELECT pg_try_advisory_lock(:key)"),
-                                      {"key": _LOCK_KEY}).scalar()
-            connection.commit()
-            if not held:
-                connection.close()
-                return False
-            self._lock_connection = connection
+        if self._lock_connection is not None:
+            try:
+                self._lock_connection.execute(text("SELECT 1"))
+                self._lock_connection.commit()
+                return True
+            except Exception as error:  # the session ended: the lock went with it
+                log.warning("delivery lost its lock's session (%s)", type(error).__name__)
+                self._drop_lock()
+        connection = self._db.connect()
+        held = connection.execute(text("SELECT pg_try_advisory_lock(:key)"),
+                                  {"key": _LOCK_KEY}).scalar()
+        if not held:
+            connection.rollback()
+            connection.close()
+            return False
+        silence_ms = int(LEADER_SILENCE_SECONDS * 1000)
+        connection.execute(text(f"SET idle_session_timeout = {silence_ms}"))
+        connection.commit()
+        self._lock_connection = connection
         return True
 
     def _drop_lock(self) -> None:
+        """Close the lock's connection for real (not back to the pool, where a session would
+        keep holding the lock)."""
         if self._lock_connection is not None:
             try:
+                self._lock_connection.invalidate()
                 self._lock_connection.close()
+            except Exception:
+                pass
             finally:
                 self._lock_connection = None
 
     def tick(self) -> None:
         now = time.time()
         repairing = now - self._last_repair >= REPAIR_EVERY_SECONDS
-        alive = live_counts(self._db) if repairing else {}
         if repairing:
             self._last_repair = now
             self._repair_abandoned()
@@ -105,8 +128,7 @@ class Delivery:
         lengths = self._broker.lane_lengths(self._models)
         for model in self._models:
             for priority in LANES:
-                self._refill(model, priority, lengths[(model, priority)], alive.get(model, 0),
-                             now, repairing)
+                self._refill(model, priority, lengths[(model, priority)], now, repairing)
 
     def _repair_abandoned(self) -> None:
         """Jobs of workers that stopped: re-queued, or failed once out of attempts; a failed
@@ -122,12 +144,13 @@ class Delivery:
         for job_id in failed:
             self._broker.publish_finished(job_id)
 
-    def _refill(self, model: str, priority: str, in_redis: int, workers: int,
-                now: float, repairing: bool) -> None:
-        if repairing and (jobs.sent_queued_count(self._db, model=model, priority=priority)
-                          > in_redis + workers):
-            lost = jobs.forget_sent(self._db, model=model, priority=priority,
-                                    sent_before=now - RESEND_GRACE_SECONDS)
+    def _refill(self, model: str, priority: str, in_redis: int, now: float,
+                repairing: bool) -> None:
+        if repairing:
+            sent = jobs.sent_queued_ids(self._db, model=model, priority=priority,
+                                        sent_before=now - RESEND_GRACE_SECONDS)
+            missing = set(sent) - self._broker.lane_ids(model, priority) if sent else set()
+            lost = jobs.forget_sent(self._db, sorted(missing))
             if lost:
                 log.warning("%s %s: %d sent jobs are not on the broker; sending again",
                             model, priority, lost)

@@ -65,7 +65,8 @@ def test_every_worker_start_has_its_own_id():
     first, second = new_worker_id("m"), new_worker_id("m")
     assert first != second
     for worker_id in (first, second):
-        assert worker_id.startswith(f"{socket.gethostname()}:{os.getpid()}:m:")
+        assert worker_id.startswith(f"{socket.gethostname()}:{os.getpid()}:")
+        assert worker_id.endswith(":m")
 
 
 class AnsweringEngine:
