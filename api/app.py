@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.context import ApiContext
 from api.errors import install_error_handlers
@@ -20,15 +20,33 @@ def create_app(context: ApiContext) -> FastAPI:
     install_error_handlers(app)
     for module in (decisions, jobs, batches, usage, models, health):
         app.include_router(module.router)
-    app.middleware("http")(_measure)
+    app.add_middleware(MeasuredRequests)
     return app
 
 
-async def _measure(request: Request,
-                   call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-    started = time.perf_counter()
-    response = await call_next(request)
-    route = getattr(request.scope.get("route"), "path", "unmatched")
-    metrics.http_requests.labels(route, request.method, str(response.status_code)).inc()
-    metrics.http_duration.labels(route).observe(time.perf_counter() - started)
-    return response
+class MeasuredRequests:
+    """Counts and times every HTTP request. Plain ASGI, not ``BaseHTTPMiddleware``: that one
+    wraps the request's receive channel, and a handler behind it never sees its caller
+    disconnect (a sync call whose caller left must stop waiting)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            metrics.http_requests.labels(route, scope["method"], str(status[0])).inc()
+            metrics.http_duration.labels(route).observe(time.perf_counter() - started)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,20 +53,33 @@ def request_hash(body: dict[str, Any], priority: str, metadata: Any) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+SHARE_SYNC_SECONDS = 300.0
+"""How far back an identical sync call's job may be joined: a client's retries after its own
+timeout (TypeSafe's SDK: 10 s, two retries) land well within it."""
+
+
 def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
-           metadata: dict[str, Any] | None = None, idempotency_key: str | None = None
-           ) -> Accepted:
-    """Store and send a decision job (runs in a worker thread: it tokenizes)."""
+           metadata: dict[str, Any] | None = None, idempotency_key: str | None = None,
+           sync_call: bool = False) -> Accepted:
+    """Store and send a decision job (runs in a worker thread: it tokenizes). A sync call
+    joins the job of an identical sync call of the same owner still in flight, and counts as
+    one of its waiters."""
     request = parse_request(body)
     config = ctx.model(request.model)
     plan = ctx.planners[config.name].plan(request)
+    fingerprint = request_hash(body, priority, metadata)
+    if sync_call and idempotency_key is None:
+        joined = jobs.attach_sync_waiter(ctx.db, owner=owner, request_hash=fingerprint,
+                                         since=time.time() - SHARE_SYNC_SECONDS)
+        if joined is not None:
+            return Accepted(job=joined, created=False)
     check_lane(ctx, config.name, priority, plan.row_total)
     try:
         job, created = jobs.create_job(
             ctx.db, owner=owner, model=config.name, priority=priority, request=body,
             metadata=metadata, rows=plan.row_total, input_tokens=plan.input_tokens,
-            idempotency_key=idempotency_key,
-            request_hash=request_hash(body, priority, metadata))
+            idempotency_key=idempotency_key, request_hash=fingerprint,
+            sync_waiters=1 if sync_call else 0)
     except jobs.IdempotencyConflict as conflict:
         raise invalid("header", ["Idempotency-Key"],
                       f"this Idempotency-Key was used for job {conflict} with another body; "

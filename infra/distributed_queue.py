@@ -27,7 +27,11 @@ class CeleryQueue:
         except Exception as error:
             log.warning("job %s stays queued unsent: %s", job_id, error)
             return
-        jobs.mark_sent(self._db, [job_id])
+        try:
+            jobs.mark_sent(self._db, [job_id])
+        except Exception as error:  # accepted is accepted: the delivery loop sends it again
+            log.warning("job %s was sent but not marked sent (%s); it may be sent twice, "
+                        "harmlessly", job_id, error)
 
     def send_batch(self, job_ids: list[str], model: str, priority: str) -> None:
         """Batch items are left to the delivery loop, which feeds lanes as they drain."""

@@ -77,6 +77,8 @@ class JobRecord:
     batch_id: str | None = None
     item_index: int | None = None
     custom_id: str | None = None
+    sync_waiters: int = 0
+    """Sync callers waiting on the job now (identical sync calls from one key share it)."""
 
     @property
     def finished(self) -> bool:
@@ -105,8 +107,8 @@ class IdempotencyConflict(Exception):
 
 def create_job(db: Engine, *, owner: str, model: str, priority: str, request: dict[str, Any],
                metadata: dict[str, Any] | None, rows: int, input_tokens: int,
-               idempotency_key: str | None = None, request_hash: str | None = None
-               ) -> tuple[JobRecord, bool]:
+               idempotency_key: str | None = None, request_hash: str | None = None,
+               sync_waiters: int = 0) -> tuple[JobRecord, bool]:
     """Store a queued job; returns it and whether it is new.
 
     With an idempotency key already used by this owner, the earlier job is returned when the
@@ -120,7 +122,7 @@ def create_job(db: Engine, *, owner: str, model: str, priority: str, request: di
               "status": QUEUED, "request": _dumps(request), "metadata": _dumps(metadata),
               "rows": rows, "input_tokens": input_tokens, "idempotency_key": idempotency_key,
               "request_hash": request_hash, "cancel_requested": False, "decode_runs": 0,
-              "created_at": time.time()}
+              "created_at": time.time(), "sync_waiters": sync_waiters}
     try:
         with db.begin() as connection:
             connection.execute(jobs.insert().values(**values))
@@ -138,6 +140,41 @@ def _same_body(earlier: JobRecord, request_hash: str | None) -> JobRecord:
     if earlier.request_hash != request_hash:
         raise IdempotencyConflict(earlier.id)
     return earlier
+
+
+def attach_sync_waiter(db: Engine, *, owner: str, request_hash: str,
+                       since: float) -> JobRecord | None:
+    """An identical sync call from the same owner, created since ``since``, still queued or
+    running: one more caller waits on it (a client that retried after its own timeout), and it
+    is returned instead of a new job being made."""
+    same = (select(jobs.c.id).where(
+        jobs.c.owner == owner, jobs.c.request_hash == request_hash,
+        jobs.c.status.in_((QUEUED, RUNNING)), jobs.c.batch_id.is_(None),
+        jobs.c.idempotency_key.is_(None), jobs.c.created_at >= since)
+        .order_by(jobs.c.created_at.desc()).limit(1).scalar_subquery())
+    with db.begin() as connection:
+        row = connection.execute(
+            update(jobs).where(jobs.c.id == same, jobs.c.status.in_((QUEUED, RUNNING)))
+            .values(sync_waiters=jobs.c.sync_waiters + 1).returning(*jobs.c)).first()
+    return None if row is None else _record(row)
+
+
+def leave_sync_waiter(db: Engine, job_id: str) -> None:
+    """A sync caller stopped waiting (answered, timed out, or gone)."""
+    with db.begin() as connection:
+        connection.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.sync_waiters > 0)
+                           .values(sync_waiters=jobs.c.sync_waiters - 1))
+
+
+def cancel_unwaited(db: Engine, job_id: str) -> bool:
+    """Cancel a sync call's job that nobody waits on any more and that has not started: the
+    caller went away, so decoding it would be work nobody reads (and billed)."""
+    with db.begin() as connection:
+        return connection.execute(
+            update(jobs).where(jobs.c.id == job_id, jobs.c.status == QUEUED,
+                               jobs.c.sync_waiters == 0)
+            .values(status=CANCELLED, finished_at=time.time(), cancel_requested=True)
+        ).rowcount == 1
 
 
 def find_by_idempotency_key(db: Engine, *, owner: str, key: str) -> JobRecord | None:

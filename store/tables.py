@@ -43,10 +43,12 @@ jobs = Table(
     Column("batch_id", String(40), nullable=True),
     Column("item_index", Integer, nullable=True),
     Column("custom_id", Text, nullable=True),
+    Column("sync_waiters", Integer, nullable=False, default=0, server_default="0"),
     UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
     Index("ix_jobs_owner_id", "owner", "id"),
     Index("ix_jobs_lane", "status", "model", "priority", "created_at"),
     Index("ix_jobs_batch", "batch_id", "item_index"),
+    Index("ix_jobs_owner_request_hash", "owner", "request_hash"),
 )
 
 batches = Table(

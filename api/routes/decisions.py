@@ -2,19 +2,57 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from api.body import read_json
+from api.context import ApiContext
 from api.errors import ApiError
 from api.routes.deps import Context, Owner
 from api.submit import accept, checked_priority
 from api.views import job_view, sync_response
 from api.waiting import wait_finished
+from infra import metrics
 from store import jobs
 
 router = APIRouter()
+
+
+LEFT_GRACE_SECONDS = 3.0
+"""How long a job whose sync caller went away waits for the caller's retry to join it before
+it is cancelled (if it has not started)."""
+DISCONNECT_CHECK_SECONDS = 0.5
+
+
+async def wait_while_connected(ctx: ApiContext, request: Request, job_id: str,
+                               owner: str) -> tuple[bool, jobs.JobRecord | None]:
+    """(still connected, the job once finished or at the sync wait's end, as
+    ``wait_finished``); (False, None) when the caller disconnected first. A caller that leaves
+    stops being a waiter, and a job nobody waits on that has not started is cancelled after a
+    grace for the caller's retry."""
+    waiting = asyncio.ensure_future(
+        wait_finished(ctx, job_id, owner, ctx.settings.sync_wait_seconds))
+    try:
+        while not waiting.done():
+            await asyncio.wait({waiting}, timeout=DISCONNECT_CHECK_SECONDS)
+            if not waiting.done() and await request.is_disconnected():
+                waiting.cancel()
+                await run_in_threadpool(jobs.leave_sync_waiter, ctx.db, job_id)
+                await asyncio.sleep(LEFT_GRACE_SECONDS)
+                if await run_in_threadpool(jobs.cancel_unwaited, ctx.db, job_id):
+                    job = await run_in_threadpool(jobs.get_job, ctx.db, job_id)
+                    if job is not None:
+                        metrics.jobs_finished.labels(job.model, job.priority,
+                                                     jobs.CANCELLED).inc()
+                return False, None
+    except BaseException:
+        waiting.cancel()
+        raise
+    await run_in_threadpool(jobs.leave_sync_waiter, ctx.db, job_id)
+    return True, waiting.result()
 
 
 @router.post("/v1/systemone")
@@ -23,13 +61,18 @@ async def system_one(request: Request, ctx: Context, owner: Owner) -> JSONRespon
     priority = "foreground"
     if isinstance(body, dict) and "x_priority" in body:
         priority = checked_priority(body["x_priority"], "x_priority")
-    accepted = await run_in_threadpool(accept, ctx, owner=owner, body=body, priority=priority)
+    waits = "respond-async" not in request.headers.get("prefer", "").lower()
+    accepted = await run_in_threadpool(accept, ctx, owner=owner, body=body, priority=priority,
+                                       sync_call=waits)
     job = accepted.job
     headers = {"X-Job-Id": job.id}
-    if "respond-async" in request.headers.get("prefer", "").lower():
+    if not waits:
         return JSONResponse(job_view(job), status_code=202,
                             headers={**headers, "Location": f"/v1/jobs/{job.id}"})
-    job = await wait_finished(ctx, job.id, owner, ctx.settings.sync_wait_seconds) or job
+    connected, finished = await wait_while_connected(ctx, request, job.id, owner)
+    if not connected:  # the caller went away; nobody reads this
+        return Response(status_code=499)
+    job = finished or job
     if job.status == jobs.SUCCEEDED:
         return JSONResponse(sync_response(job), headers=headers)
     if not job.finished:

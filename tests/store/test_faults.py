@@ -239,3 +239,27 @@ def test_a_refused_claim_of_a_foreground_job_between_rows_loses_neither_job(tmp_
     finally:
         worker.stop()
         db.dispose()
+
+
+class SendingBroker:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send(self, job_id: str, model: str, priority: str) -> None:
+        self.sent.append(job_id)
+
+
+def test_an_accepted_job_whose_sent_mark_fails_is_still_accepted(db, monkeypatch):
+    from infra.distributed_queue import CeleryQueue
+
+    job_id = new(db)
+    broker = SendingBroker()
+
+    def refused(*args, **kwargs):
+        raise OperationalError("UPDATE jobs", {}, Exception("the database is restarting"))
+
+    monkeypatch.setattr(jobs, "mark_sent", refused)
+    CeleryQueue(db=db, broker=broker, models=["m"]).send(job_id, "m", "foreground")
+    assert broker.sent == [job_id]
+    stored = jobs.get_job(db, job_id)
+    assert stored.status == jobs.QUEUED and stored.sent_at is None  # the feeder sends it again

@@ -1,0 +1,112 @@
+"""A sync call is one job however its client retries, and none once its client has gone
+(issue 12): real ``decide serve`` processes, TypeSafe's own client with its defaults."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.api.conftest import Server
+from tests.slow_work import distinct_nouls
+
+QUESTION = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
+
+
+@pytest.fixture(scope="module")
+def sharing_server(tmp_path_factory):
+    server = Server(tmp_path_factory.mktemp("sharing-server"), {"DECIDE_API_KEYS": ""})
+    yield server
+    server.stop()
+
+
+def jobs_with_state(server: Server, state: str) -> list[tuple[str, str, int]]:
+    with sqlite3.connect(server.root / "jobs.db") as db:
+        return db.execute("SELECT id, status, decode_runs FROM jobs WHERE request LIKE ?",
+                          (f'%"state": "{state}"%',)).fetchall()
+
+
+class BusyWorker:
+    """Foreground work ahead of everything else: ``count`` jobs of 250 distinct questions."""
+
+    def __init__(self, client: httpx.Client, count: int, tag: str) -> None:
+        self._client = client
+        self.ids = []
+        for index in range(count):
+            response = client.post("/v1/jobs", json={
+                "state": f"{tag} backlog ticket {index}", "questions": distinct_nouls(250),
+                "priority": "foreground"})
+            assert response.status_code == 202, response.text
+            self.ids.append(response.json()["id"])
+
+    def stop(self) -> None:
+        for job_id in self.ids:
+            self._client.delete(f"/v1/jobs/{job_id}")
+
+
+def test_an_sdk_call_that_times_out_and_retries_makes_one_job_not_three(sharing_server):
+    from typesafe_sdk import Noul, TypeSafeClient
+
+    state = "SDK retry: charged twice, refund please."
+    with sharing_server.client() as client:
+        busy = BusyWorker(client, 4, "sdk")
+        try:
+            started = time.monotonic()
+            with TypeSafeClient(base_url=sharing_server.url, api_key="any") as sdk, \
+                    pytest.raises(Exception):  # noqa: B017 - its timeout error, whatever its type
+                sdk.system_one(state=state, questions={
+                    "refund": Noul(instructions="Does the customer ask for a refund?")})
+            assert time.monotonic() - started > 25  # three tries of 10 s each
+            assert len(jobs_with_state(sharing_server, state)) == 1
+        finally:
+            busy.stop()
+
+
+def test_a_sync_call_whose_caller_left_before_it_started_is_cancelled(sharing_server):
+    state = "Left early: where is my parcel?"
+    with sharing_server.client() as client:
+        busy = BusyWorker(client, 2, "left")
+        try:
+            with httpx.Client(base_url=sharing_server.url, timeout=2) as impatient, \
+                    pytest.raises(httpx.ReadTimeout):
+                impatient.post("/v1/systemone", json={"state": state, "questions": QUESTION})
+            deadline = time.monotonic() + 20
+            while True:
+                [(_, status, runs)] = jobs_with_state(sharing_server, state)
+                if status != "queued" or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert (status, runs) == ("cancelled", 0)  # never decoded, never billed
+        finally:
+            busy.stop()
+
+
+def test_identical_sync_calls_in_flight_share_one_job(sharing_server):
+    state = "Shared: the app crashes on login."
+    answers: list[httpx.Response] = []
+    with sharing_server.client() as client:
+        busy = BusyWorker(client, 1, "shared")
+
+        def call() -> None:
+            with sharing_server.client() as caller:
+                answers.append(caller.post("/v1/systemone",
+                                           json={"state": state, "questions": QUESTION}))
+
+        callers = [threading.Thread(target=call) for _ in range(3)]
+        try:
+            for caller in callers:
+                caller.start()
+                time.sleep(0.3)
+            time.sleep(1)
+        finally:
+            busy.stop()
+        for caller in callers:
+            caller.join(timeout=120)
+    assert [answer.status_code for answer in answers] == [200, 200, 200]
+    assert len({answer.headers["x-job-id"] for answer in answers}) == 1
+    assert len({answer.content for answer in answers}) == 1
+    [(_, status, runs)] = jobs_with_state(sharing_server, state)
+    assert (status, runs) == ("succeeded", 1)
