@@ -86,7 +86,7 @@ def main() -> None:
         for build in args.python:
             python, _, library = build.partition(",")
             env = {**environment, **({"LLAMA_CPP_LIB_PATH": str(Path(library).resolve())}
-                                     if library else {})}
+                                     if library else {"DECIDE_CPU_VARIANT": "baseline"})}
             output = subprocess.run(
                 [python, __file__, "--measure", "--python", python,
                  "--repeats", str(args.repeats)],

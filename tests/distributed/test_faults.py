@@ -3,6 +3,7 @@ restarted empty while a worker is busy and another job waits on the lane."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -34,13 +35,18 @@ def test_redis_restarted_empty_with_one_busy_worker_and_one_waiting_job(cluster)
         busy = submit(client, "a long ticket", distinct_nouls(80))
         wait_until(lambda: cluster.scalar("SELECT status FROM jobs WHERE id = :j", j=busy)
                    == "running", 60, "the long job never started")
-        waiting = submit(client, "Where is my parcel?",
-                         {"late": {"type": "noul", "instructions": "Is the parcel late?"}})
-        wait_until(lambda: cluster.redis.llen(LANE) == 1, 10,
-                   "the waiting job's message never reached its lane")
-        cluster.own_redis.stop()  # everything Redis held is gone
-        cluster.own_redis.start()
-        assert cluster.redis.llen(LANE) == 0
+        worker = cluster.workers[0]
+        worker.send_signal(signal.SIGSTOP)  # held mid-job, so the next message stays queued
+        try:
+            waiting = submit(client, "Where is my parcel?",
+                             {"late": {"type": "noul", "instructions": "Is the parcel late?"}})
+            wait_until(lambda: cluster.redis.llen(LANE) == 1, 10,
+                       "the waiting job's message never reached its lane")
+            cluster.own_redis.stop()  # everything Redis held is gone
+            cluster.own_redis.start()
+            assert cluster.redis.llen(LANE) == 0
+        finally:
+            worker.send_signal(signal.SIGCONT)  # back within its heartbeat limit: still alive
         for job_id in (busy, waiting):
             wait_until(lambda job_id=job_id: cluster.scalar(
                 "SELECT status FROM jobs WHERE id = :j", j=job_id) == "succeeded", 90,
