@@ -67,6 +67,15 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def children(pid: int) -> list[int]:
+    """A process's children (a worker's decoding runner)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found += [int(child) for child in text]
+    return found
+
+
 def engine_alone(count: int) -> tuple[float, float]:
     """Tickets per second of the engine in-process, and its median decode seconds per ticket."""
     settings = Settings()
@@ -159,7 +168,9 @@ def main() -> None:
                       f"(HTTP, validation, tokenizing, queue, database, wake-up): median "
                       f"{statistics.median(idle_overhead) * 1000:.1f} ms")
                 print(f"(d) peak resident memory: front door {peak_rss_mib(cluster.api.pid):.0f}"
-                      f" MiB (goal <= 300), worker {peak_rss_mib(worker.pid):.0f} MiB")
+                      f" MiB (goal <= 300), worker {peak_rss_mib(worker.pid):.0f} MiB and "
+                      f"its runner {sum(peak_rss_mib(c) for c in children(worker.pid)):.0f}"
+                      f" MiB")
         finally:
             cluster.close()
     print(f"\nreproduce: .venv/bin/python benchmarks/service.py --tickets {args.tickets} "

@@ -1,5 +1,5 @@
-"""The same llama.cpp build in-process as in the runners, so ``decide run`` and the service
-answer with the same bits (SPEC §3.7).
+"""The same llama.cpp build (and thread wait policy) in-process as in the runners, so
+``decide run`` and the service answer with the same bits (SPEC §3.7).
 
 A process that decodes in-process (``decide run``, ``eval``, ``calibrate``, the tests) calls
 ``use_runner_build`` before anything imports llama_cpp. Where a faster build than the installed
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from infra.settings import Settings
+from worker.threads import apply_wait_policy
 from worker.variants import (
     LIBRARY_PATH_VARIABLE,
     Variant,
@@ -42,4 +43,5 @@ def use_runner_build(settings: Settings) -> Variant:
         chosen = proven or chosen
     if chosen.library_path is not None:
         os.environ[LIBRARY_PATH_VARIABLE] = str(chosen.library_path)
+    apply_wait_policy()  # and its threads wait as a runner's do (read when llama.cpp loads)
     return chosen
