@@ -103,15 +103,20 @@ class LocalCluster:
         subprocess.run([sys.executable, "-m", "decide", "migrate"], env=self.env, check=True,
                        capture_output=True)
 
-    def _spawn(self, *args: str) -> subprocess.Popen:
+    def _spawn(self, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.Popen:
         self._logs += 1
         log = (self.root / f"{args[0]}-{self._logs}.log").open("w")
-        return subprocess.Popen([sys.executable, "-m", "decide", *args], env=self.env,
+        return subprocess.Popen([*prefix, sys.executable, "-m", "decide", *args], env=self.env,
                                 stdout=log, stderr=subprocess.STDOUT)
 
-    def start_worker(self, model: str | None = None) -> subprocess.Popen:
+    def start_worker(self, model: str | None = None,
+                     own_pid_namespace: bool = False) -> subprocess.Popen:
+        """A ``decide worker``; with ``own_pid_namespace`` it is PID 1 of a PID namespace of
+        its own, as in a container (killing the returned process kills it)."""
+        prefix = (("unshare", "--pid", "--mount-proc", "--kill-child")
+                  if own_pid_namespace else ())
         process = self._spawn("worker", "--metrics-port", str(free_port()),
-                              *(["--model", model] if model else []))
+                              *(["--model", model] if model else []), prefix=prefix)
         self.workers.append(process)
         return process
 

@@ -3,6 +3,7 @@ restarted empty while a worker is busy and another job waits on the lane."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 
@@ -53,3 +54,26 @@ def test_redis_restarted_empty_with_one_busy_worker_and_one_waiting_job(cluster)
                 f"job {job_id} never finished after Redis restarted\n{cluster.logs()}")
         runs = dict(cluster.rows("SELECT id, decode_runs FROM jobs"))
         assert runs == {busy: 1, waiting: 1}
+
+
+def test_a_worker_killed_and_restarted_as_pid_1_of_its_namespace_does_not_hold_its_job(
+        cluster_factory):
+    assert shutil.which("unshare"), "unshare (util-linux) is needed"
+    cluster = cluster_factory()
+    cluster.start_worker(own_pid_namespace=True)
+    cluster.start_api()
+    with cluster.client() as client:
+        job_id = submit(client, "a long ticket", distinct_nouls(120))
+        wait_until(lambda: cluster.scalar("SELECT status FROM jobs WHERE id = :j", j=job_id)
+                   == "running", 60, f"the job never started\n{cluster.logs()}")
+        first = cluster.scalar("SELECT worker_id FROM jobs WHERE id = :j", j=job_id)
+        assert first.split(":")[1] == "1"  # PID 1, as in a container
+        cluster.workers[0].send_signal(signal.SIGKILL)
+        cluster.workers[0].wait()
+        cluster.start_worker(own_pid_namespace=True)  # same hostname, PID 1 again
+        wait_until(lambda: cluster.scalar("SELECT status FROM jobs WHERE id = :j", j=job_id)
+                   == "succeeded", 120, f"the job stayed held by the dead worker\n"
+                                         f"{cluster.logs()}")
+        assert cluster.scalar("SELECT decode_runs FROM jobs WHERE id = :j", j=job_id) == 2
+        second = cluster.scalar("SELECT worker_id FROM jobs WHERE id = :j", j=job_id)
+        assert second != first and second.split(":")[:2] == first.split(":")[:2]
