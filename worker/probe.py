@@ -19,6 +19,7 @@ from typing import Any
 
 from decide.engine import Engine
 from decide.protocol import parse_request
+from worker.variants import host_flags
 
 PROBE_REQUEST: dict[str, Any] = {
     "state": "My card was charged twice for order A-104. Please refund the duplicate.",
@@ -111,18 +112,17 @@ def enabled_features(system_info: str) -> list[str]:
 
 def host_info() -> dict[str, Any]:
     """The CPU this process runs on, as the kernel reports it."""
-    model, flags = platform.processor() or platform.machine(), ""
+    model = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
-            if key.strip() == "model name" and model == platform.machine():
+            if key.strip() == "model name":
                 model = value.strip()
-            if key.strip() == "flags" and not flags:
-                flags = value
+                break
     except OSError:
         pass
     wanted = ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "amx_tile",
               "amx_int8", "amx_bf16")
-    present = set(flags.split())
+    present = host_flags()
     return {"cpu": model, "machine": platform.machine(),
             "cpu_flags": [flag for flag in wanted if flag in present]}

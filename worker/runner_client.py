@@ -137,12 +137,7 @@ class Runner:
         """A ready runner killed between jobs (the out-of-memory killer, an operator): no job
         was decoding, so none is charged; a new runner starts."""
         if self.state == READY and self._process is not None and self._process.poll() is not None:
-            problem = describe_exit(self._exit_status())
-            log.error("decoding runner %s died between jobs: %s; starting a new one", self.pid,
-                      problem)
-            self.crashes += 1
-            self._generation += 1
-            self._last_crash = problem
+            self._record_death("between jobs")
             self.start()
 
     def _await_start(self, seconds: float) -> bool:
@@ -241,13 +236,18 @@ class Runner:
 
     def _crashed(self) -> None:
         """The runner died mid-request: say why, start the next one, fail the request."""
+        problem = self._record_death("mid-request")
+        self.start()
+        raise RunnerCrashed(problem)
+
+    def _record_death(self, when: str) -> str:
+        """Count a dead runner (a new generation: requests it held are gone); say why."""
         problem = describe_exit(self._exit_status())
         self.crashes += 1
         self._generation += 1
         self._last_crash = problem
-        log.error("decoding runner %s died: %s; starting a new one", self.pid, problem)
-        self.start()
-        raise RunnerCrashed(problem)
+        log.error("decoding runner %s died %s: %s; starting a new one", self.pid, when, problem)
+        return problem
 
     def _exit_status(self) -> int | None:
         if self._process is None:

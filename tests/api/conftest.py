@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -47,6 +48,19 @@ class Server:
             self._process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self._process.kill()
+
+
+def wait_for_status(client: httpx.Client, job_id: str, wanted: set[str] | tuple[str, ...],
+                    seconds: float = 60) -> dict:
+    """The job once its status is one of ``wanted``; fails after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    job: dict = {}
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in wanted:
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} never reached {wanted}: {job}")
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tests.api.conftest import wait_for_status
 from tests.slow_work import distinct_nouls
 
 pytestmark = pytest.mark.model
@@ -28,16 +29,6 @@ def alpha(keyed_server):
 def beta(keyed_server):
     with keyed_server.client("key-beta") as client:
         yield client
-
-
-def wait_for_status(client, job_id: str, wanted: set[str], seconds: float = 60) -> dict:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        job = client.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] in wanted:
-            return job
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} never reached {wanted}: {job}")
 
 
 def test_lifecycle_with_metadata_usage_and_timings(alpha):

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from launch.local import await_ready
-from tests.api.conftest import Server
+from tests.api.conftest import Server, wait_for_status
 from tests.slow_work import distinct_nouls
 
 POISON = "POISON-PILL-7f3a"
@@ -56,18 +56,6 @@ def submit(client: httpx.Client, state: str, questions: dict, priority: str = "f
     return response.json()["id"]
 
 
-def wait_status(client: httpx.Client, job_id: str, statuses: tuple[str, ...],
-                seconds: float = 120) -> dict:
-    deadline = time.monotonic() + seconds
-    job: dict = {}
-    while time.monotonic() < deadline:
-        job = client.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] in statuses:
-            return job
-        time.sleep(0.05)
-    raise AssertionError(f"job never reached {statuses}: {job}")
-
-
 def watch_readiness_through_a_restart(client: httpx.Client, seconds: float = 120) -> list[int]:
     """/health and /ready codes from now until /ready is 200 again; /health must stay 200."""
     codes: list[int] = []
@@ -85,11 +73,11 @@ def test_sigkill_of_the_runner_mid_job_requeues_the_job_onto_a_new_runner(once_s
     with once_server.client() as client:
         pid = runner_pid(client)
         job_id = submit(client, "A long ticket about a refund.", distinct_nouls(60))
-        wait_status(client, job_id, ("running",))
+        wait_for_status(client, job_id, ("running",), 120)
         os.kill(pid, signal.SIGKILL)
         watch_readiness_through_a_restart(client)
         assert runner_pid(client) != pid
-        job = wait_status(client, job_id, ("succeeded", "failed"))
+        job = wait_for_status(client, job_id, ("succeeded", "failed"), 120)
         assert job["status"] == "succeeded", job
         assert len(job["result"]["answers"]) == 60
         assert once_server.alive()
@@ -103,7 +91,7 @@ def test_a_segfault_in_the_runner_leaves_the_front_door_up_and_the_job_finishes(
         codes = watch_readiness_through_a_restart(client)
         assert 503 in codes
         assert runner_pid(client) != pid
-        job = wait_status(client, job_id, ("succeeded", "failed"))
+        job = wait_for_status(client, job_id, ("succeeded", "failed"), 120)
         assert job["status"] == "succeeded", job
         assert 0.0 <= job["result"]["answers"]["refund"]["noul"] <= 1.0
         assert once_server.alive()
@@ -117,13 +105,13 @@ def test_a_job_that_kills_every_runner_ends_worker_crashed_and_others_are_served
         healthy = submit(client, "Where is my parcel?",
                          {"late": {"type": "noul", "instructions": "Is the parcel late?"}},
                          priority="background")
-        job = wait_status(client, poison, ("succeeded", "failed", "cancelled"), seconds=180)
+        job = wait_for_status(client, poison, ("succeeded", "failed", "cancelled"), 180)
         assert job["status"] == "failed"
         assert job["error"]["error_type"] == "worker_crashed"
         assert "3 times" in job["error"]["message"]
         assert "SIGSEGV" in job["error"]["message"]
         assert "DECIDE_MAX_ATTEMPTS" in job["error"]["message"]
-        assert wait_status(client, healthy, ("succeeded",), seconds=180)["status"] == "succeeded"
+        assert wait_for_status(client, healthy, ("succeeded",), 180)["status"] == "succeeded"
         assert await_ready(crashing_server.url, 120)
         # a sync call for the poison job answers with the cause, and the service stays up
         answer = client.post("/v1/systemone", json={

@@ -174,6 +174,17 @@ def crash_between_rows(runner: Runner) -> None:
                       parse_request({**PROBE_REQUEST, "state": "NESTED-CRASH"}))
 
 
+def decide_outer(runner: Runner, before_row) -> None:
+    """A two-row request whose rows ask ``before_row`` first."""
+    runner.decide(runner.info["model"],
+                  parse_request({"state": "outer", "questions": distinct_nouls(2)}), before_row)
+
+
+def assert_it_answers(runner: Runner) -> None:
+    answer = runner.decide(runner.info["model"], parse_request(PROBE_REQUEST))
+    assert set(answer.answers) == {"department", "refund"}
+
+
 def test_a_job_whose_runner_died_under_a_nested_job_is_put_back_uncounted(crashable):
     crashed = []
 
@@ -182,11 +193,8 @@ def test_a_job_whose_runner_died_under_a_nested_job_is_put_back_uncounted(crasha
             crashed.append(crash_between_rows(crashable))
 
     with pytest.raises(RunnerRestarted, match="another job between this job's rows"):
-        crashable.decide(crashable.info["model"],
-                         parse_request({"state": "outer", "questions": distinct_nouls(2)}),
-                         before_row)
-    answer = crashable.decide(crashable.info["model"], parse_request(PROBE_REQUEST))
-    assert set(answer.answers) == {"department", "refund"}
+        decide_outer(crashable, before_row)
+    assert_it_answers(crashable)
 
 
 def test_a_stop_after_a_nested_crash_never_reaches_the_new_runner(crashable):
@@ -198,18 +206,13 @@ def test_a_stop_after_a_nested_crash_never_reaches_the_new_runner(crashable):
         raise Stop
 
     with pytest.raises(Stop):
-        crashable.decide(crashable.info["model"],
-                         parse_request({"state": "outer", "questions": distinct_nouls(2)}),
-                         before_row)
-    # the new runner was told nothing about the old request: it answers the next one
-    answer = crashable.decide(crashable.info["model"], parse_request(PROBE_REQUEST))
-    assert set(answer.answers) == {"department", "refund"}
+        decide_outer(crashable, before_row)
+    assert_it_answers(crashable)  # the new runner was told nothing of the old request
 
 
 def test_a_runner_killed_between_jobs_is_replaced_without_failing_the_next_job(crashable):
     old = crashable.pid
     os.kill(old, signal.SIGKILL)
     os.waitid(os.P_PID, old, os.WEXITED | os.WNOWAIT)  # dead, not yet reaped
-    answer = crashable.decide(crashable.info["model"], parse_request(PROBE_REQUEST))
-    assert set(answer.answers) == {"department", "refund"}
+    assert_it_answers(crashable)
     assert crashable.pid != old and crashable.crashes == 1
