@@ -8,11 +8,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from decide.errors import FieldError, InvalidRequest, RequestTooLarge
 
 log = logging.getLogger("decide.api")
+STORE_RETRY_SECONDS = 2
 
 
 class ApiError(Exception):
@@ -70,6 +72,18 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(status_code=error.status_code, headers=error.headers,
                             content={"detail": {"error_type": kind,
                                                 "message": str(error.detail)}})
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    async def _store_away(_: Request, error: Exception) -> JSONResponse:
+        """The database restarting or out of reach: a pause to retry through, not a bug.
+        Clients (ours among them) retry a 503 after ``Retry-After``."""
+        log.warning("the job store is unreachable: %s", type(error).__name__)
+        return JSONResponse(status_code=503, headers={"Retry-After": str(STORE_RETRY_SECONDS)},
+                            content={"detail": {
+                                "error_type": "unavailable_error",
+                                "message": "the job store is unreachable for a moment; "
+                                           f"try again in {STORE_RETRY_SECONDS} s"}})
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, error: Exception) -> JSONResponse:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.concurrency import run_in_threadpool
 
 from api.context import ApiContext
@@ -16,15 +17,25 @@ POLL_SECONDS = 0.5
 
 async def wait_finished(ctx: ApiContext, job_id: str, owner: str,
                         timeout: float) -> jobs.JobRecord | None:
-    """The job once finished, or as it stands after ``timeout`` seconds (None if not ours)."""
+    """The job once finished, or as it stands after ``timeout`` seconds (None if not ours).
+
+    A database that is away for a moment (restarting) does not end the wait: the job is read
+    again at the next poll, and at the deadline it is as last read."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    job: jobs.JobRecord | None = None
+    read_once = False
     with ctx.events.subscription(job_id) as finished:
         while True:
             finished.clear()
-            job = await run_in_threadpool(jobs.get_job, ctx.db, job_id, owner)
+            try:
+                job = await run_in_threadpool(jobs.get_job, ctx.db, job_id, owner)
+                read_once = True
+            except (OperationalError, InterfaceError):
+                if not read_once and loop.time() >= deadline:
+                    raise
             remaining = deadline - loop.time()
-            if job is None or job.finished or remaining <= 0:
+            if (read_once and (job is None or job.finished)) or remaining <= 0:
                 return job
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(finished.wait(), min(remaining, POLL_SECONDS))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,49 +19,12 @@ import psycopg
 import redis
 from sqlalchemy import create_engine, text
 
+from launch.own_servers import OwnPostgres, OwnRedis, free_port
+
 POSTGRES_ADMIN = os.environ.get("DECIDE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 SHARED_REDIS_URL = os.environ.get("DECIDE_TEST_REDIS", "redis://127.0.0.1:6379/11")
 """Where a cluster's broker lives when this machine has no ``redis-server`` to start one of its
 own: one database number of a shared server, flushed alone (never FLUSHALL)."""
-
-
-class OwnRedis:
-    """A ``redis-server`` of the cluster's own on a free loopback port, nothing saved: tests may
-    flush, stop or restart it without touching anybody else's Redis."""
-
-    def __init__(self, root: Path) -> None:
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self._root = root
-        self._process: subprocess.Popen | None = None
-        self.start()
-
-    def start(self) -> None:
-        log = (self._root / f"redis-{self.port}.log").open("a")
-        self._process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self._root)], stdout=log, stderr=log)
-        client = redis.Redis.from_url(self.url)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self._process.poll() is not None:
-                    raise RuntimeError(f"redis-server on port {self.port} did not start") from None
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            self._process.wait(timeout=10)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def await_ready(url: str, seconds: float = 120, gone: Callable[[], bool] = lambda: False
@@ -80,13 +42,19 @@ def await_ready(url: str, seconds: float = 120, gone: Callable[[], bool] = lambd
 
 
 class LocalCluster:
-    def __init__(self, root: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, extra_env: dict[str, str] | None = None, *,
+                 own_postgres: bool = False) -> None:
+        """``own_postgres``: a PostgreSQL server of the cluster's own (``self.own_postgres``),
+        which a test may stop and restart; otherwise a fresh database on the shared server."""
         self.root = root
+        self.own_postgres = OwnPostgres() if own_postgres else None
+        self._postgres_admin = self.own_postgres.admin_url if self.own_postgres else POSTGRES_ADMIN
         self.database = f"decide_local_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(f"{POSTGRES_ADMIN}/postgres", autocommit=True) as admin:
+        with psycopg.connect(f"{self._postgres_admin}/postgres", autocommit=True) as admin:
             admin.execute(f'CREATE DATABASE "{self.database}"')
-        self.database_url = (f"{POSTGRES_ADMIN.replace('postgresql://', 'postgresql+psycopg://')}"
-                             f"/{self.database}")
+        self.database_url = (
+            f"{self._postgres_admin.replace('postgresql://', 'postgresql+psycopg://')}"
+            f"/{self.database}")
         self.own_redis = OwnRedis(root) if shutil.which("redis-server") else None
         self.redis_url = self.own_redis.url if self.own_redis else SHARED_REDIS_URL
         self.env = {**os.environ, "DECIDE_DATABASE_URL": self.database_url,
@@ -109,12 +77,17 @@ class LocalCluster:
         return subprocess.Popen([*prefix, sys.executable, "-m", "decide", *args], env=self.env,
                                 stdout=log, stderr=subprocess.STDOUT)
 
-    def start_worker(self, model: str | None = None,
-                     own_pid_namespace: bool = False) -> subprocess.Popen:
+    def start_worker(self, model: str | None = None, own_pid_namespace: bool = False,
+                     clock_offset: str | None = None) -> subprocess.Popen:
         """A ``decide worker``; with ``own_pid_namespace`` it is PID 1 of a PID namespace of
-        its own, as in a container (killing the returned process kills it)."""
-        prefix = (("unshare", "--pid", "--mount-proc", "--kill-child")
-                  if own_pid_namespace else ())
+        its own, as in a container (killing the returned process kills it); with
+        ``clock_offset`` (``"-30s"``) its wall clock, and its runner's, is moved by libfaketime
+        (``faketime``)."""
+        prefix: tuple[str, ...] = ()
+        if clock_offset:
+            prefix += ("env", "FAKETIME_DONT_FAKE_MONOTONIC=1", "faketime", "-f", clock_offset)
+        if own_pid_namespace:
+            prefix = ("unshare", "--pid", "--mount-proc", "--kill-child", *prefix)
         process = self._spawn("worker", "--metrics-port", str(free_port()),
                               *(["--model", model] if model else []), prefix=prefix)
         self.workers.append(process)
@@ -127,6 +100,14 @@ class LocalCluster:
     def wait_ready(self, seconds: float = 120) -> None:
         if not await_ready(self.url, seconds):
             raise RuntimeError("the local cluster never became ready:\n" + self.logs())
+
+    def delivery_leader_pids(self) -> list[int]:
+        """PIDs of the processes whose session holds the delivery lock (one, or none between
+        leaders), as ``pg_stat_activity`` names them (``store.db``)."""
+        names = self.rows(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.granted AND a.datname = current_database()")
+        return [int(name.split(":")[1]) for (name,) in names if name.startswith("decide:")]
 
     def logs(self) -> str:
         return "\n".join(f"--- {path.name}\n{path.read_text()[-3000:]}"
@@ -177,5 +158,8 @@ class LocalCluster:
         self.db.dispose()
         if self.own_redis is not None:
             self.own_redis.stop()
-        with psycopg.connect(f"{POSTGRES_ADMIN}/postgres", autocommit=True) as admin:
+        if self.own_postgres is not None:
+            self.own_postgres.close()  # the database goes with the server's folder
+            return
+        with psycopg.connect(f"{self._postgres_admin}/postgres", autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')

@@ -224,10 +224,14 @@ def _again_if_disconnected(operation: Callable[[], T],
         return (second_try or operation)()
 
 
-def claim_job(db: Engine, job_id: str, worker_id: str | None = None) -> JobRecord | None:
+def claim_job(db: Engine, job_id: str, worker_id: str | None = None, *,
+              retrying: bool = False) -> JobRecord | None:
     """queued → running, once: None when the job is gone, taken or finished already.
 
-    ``decode_runs`` counts the claims, so every decode execution is on record."""
+    ``decode_runs`` counts the claims, so every decode execution is on record. ``retrying``:
+    an earlier call for this job failed, and may have committed before its reply was lost."""
+    if retrying:
+        return _claim_after_a_drop(db, job_id, worker_id)
     return _again_if_disconnected(lambda: _claim(db, job_id, worker_id),
                                   lambda: _claim_after_a_drop(db, job_id, worker_id))
 
@@ -328,10 +332,12 @@ def _batch_questions(db: Engine, batch_id: str) -> str:
 
 
 def mark_sent(db: Engine, job_ids: list[str]) -> None:
+    """Stamped with the database's clock, as the repair that reads it compares: a front door
+    or worker whose clock is off must not make fresh messages look lost, or lost ones fresh."""
     if job_ids:
         with db.begin() as connection:
             connection.execute(update(jobs).where(jobs.c.id.in_(job_ids))
-                               .values(sent_at=time.time()))
+                               .values(sent_at=database_now(db)))
 
 
 def unsent_jobs(db: Engine, *, model: str, priority: str, limit: int) -> list[str]:
@@ -343,9 +349,10 @@ def unsent_jobs(db: Engine, *, model: str, priority: str, limit: int) -> list[st
             .order_by(jobs.c.created_at, jobs.c.id).limit(limit)).scalars())
 
 
-def sent_queued_ids(db: Engine, *, model: str, priority: str, sent_before: float) -> list[str]:
-    """Queued jobs of a lane sent before ``sent_before``: each must be on the lane's Redis list
-    or in a worker's hand, or its message was lost."""
+def sent_queued_ids(db: Engine, *, model: str, priority: str, grace: float) -> list[str]:
+    """Queued jobs of a lane sent more than ``grace`` seconds ago (by the database's clock):
+    each must be on the lane's Redis list or in a worker's hand, or its message was lost."""
+    sent_before = database_now(db) - grace
     with db.connect() as connection:
         return list(connection.execute(
             select(jobs.c.id).where(jobs.c.status == QUEUED, jobs.c.sent_at < sent_before,
@@ -477,6 +484,26 @@ def cancel_requested(db: Engine, job_id: str) -> bool:
         with db.connect() as connection:
             return bool(connection.execute(
                 select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar())
+
+    return _again_if_disconnected(read)
+
+
+GO_ON, STOP_CANCELLED, STOP_SUPERSEDED = "go_on", "cancelled", "superseded"
+
+
+def claim_standing(db: Engine, job: JobRecord) -> str:
+    """What the worker decoding ``job`` under its claim must do before its next row:
+    ``STOP_CANCELLED`` when asked to stop; ``STOP_SUPERSEDED`` when the claim is no longer
+    the job's latest (re-queued while this worker looked dead, and perhaps claimed again:
+    another decode owns it, and this one's result would be refused anyway); else ``GO_ON``."""
+    def read() -> str:
+        with db.connect() as connection:
+            row = connection.execute(
+                select(jobs.c.cancel_requested, jobs.c.status, jobs.c.decode_runs)
+                .where(jobs.c.id == job.id)).first()
+        if row is None or row.status != RUNNING or row.decode_runs != job.decode_runs:
+            return STOP_SUPERSEDED
+        return STOP_CANCELLED if row.cancel_requested else GO_ON
 
     return _again_if_disconnected(read)
 

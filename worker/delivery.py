@@ -48,13 +48,13 @@ class Delivery:
         self._db = db
         self._max_attempts = max_attempts
         self._retention_seconds = retention_days * 86400
-        self._last_purge = 0.0
+        self._last_purge = -float("inf")
         self._broker = broker
         self._models = models
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="decide-delivery", daemon=True)
         self._lock_connection = None
-        self._last_repair = 0.0
+        self._last_repair = -float("inf")
 
     def start(self) -> None:
         self._thread.start()
@@ -116,7 +116,7 @@ class Delivery:
                 self._lock_connection = None
 
     def tick(self) -> None:
-        now = time.time()
+        now = time.monotonic()  # intervals: a wall clock set back must not stall repairs
         repairing = now - self._last_repair >= REPAIR_EVERY_SECONDS
         if repairing:
             self._last_repair = now
@@ -124,11 +124,11 @@ class Delivery:
             forget_dead(self._db, silent_for=10 * DEAD_AFTER_SECONDS)
         if now - self._last_purge >= jobs.PURGE_EVERY_SECONDS:
             self._last_purge = now
-            jobs.purge_finished_before(self._db, now - self._retention_seconds)
+            jobs.purge_finished_before(self._db, time.time() - self._retention_seconds)
         lengths = self._broker.lane_lengths(self._models)
         for model in self._models:
             for priority in LANES:
-                self._refill(model, priority, lengths[(model, priority)], now, repairing)
+                self._refill(model, priority, lengths[(model, priority)], repairing)
 
     def _repair_abandoned(self) -> None:
         """Jobs of workers that stopped: re-queued, or failed once out of attempts; a failed
@@ -144,11 +144,10 @@ class Delivery:
         for job_id in failed:
             self._broker.publish_finished(job_id)
 
-    def _refill(self, model: str, priority: str, in_redis: int, now: float,
-                repairing: bool) -> None:
+    def _refill(self, model: str, priority: str, in_redis: int, repairing: bool) -> None:
         if repairing:
             sent = jobs.sent_queued_ids(self._db, model=model, priority=priority,
-                                        sent_before=now - RESEND_GRACE_SECONDS)
+                                        grace=RESEND_GRACE_SECONDS)
             missing = set(sent) - self._broker.lane_ids(model, priority) if sent else set()
             lost = jobs.forget_sent(self._db, sorted(missing))
             if lost:

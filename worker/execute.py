@@ -40,7 +40,8 @@ still ``running``, is re-queued by the delivery loop once this worker's heartbea
 def until_stored(operation: Callable[[], T], what: str) -> T | None:
     """Run ``operation`` until the database takes it (a restart of PostgreSQL, a locked SQLite
     file), waiting longer after each refusal; None when the worker leaves first. A decoded
-    job's result is never dropped because one write failed."""
+    job's result is never dropped because one write failed, and a job is never failed
+    because the database was away while it was read."""
     for attempt in itertools.count():
         try:
             return operation()
@@ -84,6 +85,14 @@ class Cancelled(Exception):
     """The job was cancelled while it ran; it stops before its next row."""
 
 
+class Superseded(Exception):
+    """The job was re-queued since this claim (this worker looked dead): stop, store nothing."""
+
+
+class Leaving(Exception):
+    """The worker stops while the database is away: the job is left running, unfinished."""
+
+
 def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], DecisionEngine],
             on_finished: Callable[[str], None] | None = None,
             worker_id: str | None = None,
@@ -99,7 +108,7 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], DecisionEn
     job waiting meanwhile, so a foreground job waits at most for one background row. A job
     whose runner died (``RunnerCrashed``) is queued again, through ``on_requeued``, until it
     has been claimed ``max_attempts`` times; then it ends failed with ``worker_crashed``."""
-    job = jobs.claim_job(db, job_id, worker_id)
+    job = _claim(db, job_id, worker_id)
     if job is None:
         return None
     try:
@@ -116,6 +125,25 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], DecisionEn
         raise
 
 
+def _claim(db: Database, job_id: str, worker_id: str | None) -> jobs.JobRecord | None:
+    """The claim, tried until the database answers (a PostgreSQL restart): a claim that
+    committed before its reply was lost is found again as ours, never left running unheld."""
+    tries = itertools.count()
+    return until_stored(lambda: jobs.claim_job(db, job_id, worker_id,
+                                               retrying=next(tries) > 0),
+                        f"claiming job {job_id}")
+
+
+def _announce(on_finished: Callable[[str], None] | None, job_id: str) -> None:
+    """Tell a waiting front door; with Redis away it finds the stored answer by polling."""
+    if on_finished is None:
+        return
+    try:
+        on_finished(job_id)
+    except Exception as error:
+        log.warning("could not announce that job %s finished (%s)", job_id, error)
+
+
 def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: str | None,
                  max_attempts: int, on_finished: Callable[[str], None] | None,
                  on_requeued: Callable[[str], None] | None) -> str | None:
@@ -127,8 +155,8 @@ def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: st
         on_requeued(job.id)
     if status == jobs.FAILED:
         metrics.jobs_finished.labels(job.model, job.priority, status).inc()
-        if on_finished is not None and job.batch_id is None:
-            on_finished(job.id)
+        if job.batch_id is None:
+            _announce(on_finished, job.id)
     return status
 
 
@@ -136,7 +164,7 @@ def _decode_claimed(job: jobs.JobRecord, *, db: Database,
                     engine_for: Callable[[str], DecisionEngine],
                     on_finished: Callable[[str], None] | None,
                     yield_to_foreground: Callable[[], None] | None,
-                    cancelled: CancelledJobs | None) -> str:
+                    cancelled: CancelledJobs | None) -> str | None:
     job_id = job.id
     started = time.perf_counter()
     status, result, error, tokens = jobs.FAILED, None, None, None
@@ -153,13 +181,24 @@ def _decode_claimed(job: jobs.JobRecord, *, db: Database,
         if now - last_check[0] < CANCEL_CHECK_SECONDS:
             return
         last_check[0] = now
-        if jobs.cancel_requested(db, job_id):
+        try:
+            standing = jobs.claim_standing(db, job)
+        except (OperationalError, InterfaceError) as error:  # asked again a second later
+            log.warning("job %s: cannot read its claim's standing (%s)", job_id,
+                        type(error).__name__)
+            return
+        if standing == jobs.STOP_CANCELLED:
             raise Cancelled
+        if standing == jobs.STOP_SUPERSEDED:
+            raise Superseded
 
     metrics.queue_wait.labels(job.model, job.priority).observe(
         max(0.0, (job.started_at or job.created_at) - job.created_at))
     try:
-        request = parse_request(jobs.full_request(db, job))
+        stored = until_stored(lambda: jobs.full_request(db, job), f"reading job {job_id}")
+        if stored is None:
+            raise Leaving
+        request = parse_request(stored)
         decision = engine_for(job.model).decide(request, before_row)
         status, result, tokens = jobs.SUCCEEDED, decision.to_wire(), decision.input_tokens
         metrics.input_tokens.labels(job.model).inc(decision.input_tokens)
@@ -169,17 +208,30 @@ def _decode_claimed(job: jobs.JobRecord, *, db: Database,
         status = jobs.CANCELLED
     except (RunnerCrashed, RunnerUnavailable):  # the job is released, not finished
         raise
+    except Leaving:  # still running: re-queued once this worker's heartbeats stop
+        return jobs.RUNNING
+    except Superseded:  # another claim owns the job now; this decode stores nothing
+        log.warning("job %s was re-queued while this worker looked dead (claim %d); "
+                    "it stops decoding", job_id, job.decode_runs)
+        return None
     except DecideError as failure:  # the front door checked it; the model disagrees
         error = {"error_type": "invalid_request_error", "message": str(failure)}
     except Exception as failure:  # a job always ends, whatever broke
         log.exception("job %s failed", job_id)
         error = {"error_type": "internal_error", "message": f"decoding failed: {failure}"}
     decode_ms = (time.perf_counter() - started) * 1000
-    until_stored(lambda: jobs.finish_job(db, job, status=status, result=result, error=error,
-                                         decode_ms=decode_ms, input_tokens=tokens),
-                 f"finishing job {job_id}")
+    stored = until_stored(lambda: jobs.finish_job(db, job, status=status, result=result,
+                                                  error=error, decode_ms=decode_ms,
+                                                  input_tokens=tokens),
+                          f"finishing job {job_id}")
+    if stored is None:  # the worker left first: re-queued once its heartbeats stop
+        return jobs.RUNNING
+    if not stored:  # fenced off (re-queued under another claim), or a try that landed
+        log.warning("job %s: not finished by claim %d (already finished or claimed again)",
+                    job_id, job.decode_runs)
+        return None
     metrics.decode_time.labels(job.model).observe(decode_ms / 1000)
     metrics.jobs_finished.labels(job.model, job.priority, status).inc()
-    if on_finished is not None and job.batch_id is None:  # nobody waits on a batch item
-        on_finished(job_id)
+    if job.batch_id is None:  # nobody waits on a batch item
+        _announce(on_finished, job_id)
     return status

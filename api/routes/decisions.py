@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.concurrency import run_in_threadpool
 
 from api.body import read_json
@@ -51,7 +53,9 @@ async def wait_while_connected(ctx: ApiContext, request: Request, job_id: str,
     except BaseException:
         waiting.cancel()
         raise
-    await run_in_threadpool(jobs.leave_sync_waiter, ctx.db, job_id)
+    # a waiter left counted (the database away) only spares the job from being cancelled
+    with contextlib.suppress(OperationalError, InterfaceError):
+        await run_in_threadpool(jobs.leave_sync_waiter, ctx.db, job_id)
     return True, waiting.result()
 
 

@@ -12,8 +12,8 @@ from launch.local import LocalCluster
 def cluster_factory(tmp_path):
     made: list[LocalCluster] = []
 
-    def make(**extra_env: str) -> LocalCluster:
-        cluster = LocalCluster(tmp_path, extra_env)
+    def make(own_postgres: bool = False, **extra_env: str) -> LocalCluster:
+        cluster = LocalCluster(tmp_path, extra_env, own_postgres=own_postgres)
         made.append(cluster)
         return cluster
 

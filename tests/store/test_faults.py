@@ -40,6 +40,72 @@ def test_a_stale_claim_cannot_finish_a_job_another_worker_holds(db):
     assert jobs.get_job(db, job_id).result == {"from": "b"}
 
 
+def test_a_claim_learns_before_its_next_row_that_it_was_superseded(db):
+    job_id = new(db)
+    stale = jobs.claim_job(db, job_id, "worker-a")
+    assert jobs.claim_standing(db, stale) == jobs.GO_ON
+    jobs.requeue_abandoned(db, dead_after=-1, max_attempts=3)  # worker-a looked dead
+    assert jobs.claim_standing(db, stale) == jobs.STOP_SUPERSEDED
+    current = jobs.claim_job(db, job_id, "worker-b")
+    assert jobs.claim_standing(db, stale) == jobs.STOP_SUPERSEDED
+    assert jobs.claim_standing(db, current) == jobs.GO_ON
+    jobs.cancel_job(db, job_id, "alice")
+    assert jobs.claim_standing(db, current) == jobs.STOP_CANCELLED
+
+
+def test_a_superseded_decode_stops_before_its_next_row_and_stores_nothing(db, monkeypatch):
+    job_id = new(db)
+    monkeypatch.setattr(execute, "CANCEL_CHECK_SECONDS", 0.0)
+    rows_read = []
+
+    class Engine:
+        def decide(self, request, before_row):
+            for row in range(3):
+                before_row()
+                rows_read.append(row)
+                jobs.requeue_abandoned(db, dead_after=-1, max_attempts=3)  # looks dead
+            raise AssertionError("a superseded decode went on")
+
+    assert execute.run_job(job_id, db=db, engine_for=lambda _: Engine(),
+                           worker_id="worker-a") is None
+    assert rows_read == [0]
+    job = jobs.get_job(db, job_id)
+    assert (job.status, job.decode_runs, job.result) == (jobs.QUEUED, 1, None)
+
+
+def test_a_claim_whose_reply_was_lost_is_found_again_as_ours(db):
+    job_id = new(db)
+    first = jobs.claim_job(db, job_id, "worker-a")  # committed; say its reply never came
+    again = jobs.claim_job(db, job_id, "worker-a", retrying=True)
+    assert again is not None and again.decode_runs == first.decode_runs == 1
+    assert jobs.claim_job(db, job_id, "worker-b", retrying=True) is None
+
+
+def test_a_claim_and_a_read_refused_by_the_database_are_tried_again(db, monkeypatch):
+    """A PostgreSQL restart between the message and the claim, or between the claim and the
+    read of the request: the job is decoded once it answers, never failed."""
+    monkeypatch.setattr(execute, "FINISH_BACKOFF_SECONDS", (0.01,))
+    job_id = new(db)
+    for name in ("claim_job", "full_request"):
+        real = getattr(jobs, name)
+        refusals = [OperationalError("SELECT", {}, Exception("the server is restarting"))] * 2
+
+        def refused(*args, real=real, refusals=refusals, **kwargs):
+            if refusals:
+                raise refusals.pop()
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(jobs, name, refused)
+
+    class Engine:
+        def decide(self, request, before_row):
+            return Decision(model="m", answers={}, input_tokens=3, rows_by_type={})
+
+    assert execute.run_job(job_id, db=db, engine_for=lambda _: Engine(),
+                           worker_id="worker-a") == jobs.SUCCEEDED
+    assert jobs.get_job(db, job_id).decode_runs == 1
+
+
 def test_a_worker_whose_clock_is_30_s_behind_is_still_alive(db, monkeypatch):
     job_id = new(db)
     jobs.claim_job(db, job_id, "skewed-worker")
@@ -219,11 +285,11 @@ def test_a_refused_claim_of_a_foreground_job_between_rows_loses_neither_job(tmp_
     real_claim = jobs.claim_job
     refused = []
 
-    def refuse_the_foreground_once(db_, job_id, worker_id=None):
+    def refuse_the_foreground_once(db_, job_id, worker_id=None, **options):
         if foreground and job_id == foreground[0] and not refused:
             refused.append(job_id)
             raise OperationalError("UPDATE jobs", {}, Exception("database is locked"))
-        return real_claim(db_, job_id, worker_id)
+        return real_claim(db_, job_id, worker_id, **options)
 
     foreground: list[str] = []
     monkeypatch.setattr(jobs, "claim_job", refuse_the_foreground_once)
