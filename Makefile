@@ -24,7 +24,9 @@ start: install
 lint: install
 	$(PY) -m ruff check .
 
+# Stops at once, naming what to install, where a tool or service the tests use is missing.
 test: lint
+	$(PY) -m tests.preflight
 	$(PY) -m pytest
 
 bench: install

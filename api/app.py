@@ -10,6 +10,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.context import ApiContext
 from api.errors import install_error_handlers
 from api.routes import batches, decisions, health, jobs, models, usage
+from api.schemas import install_schemas
 from infra import metrics
 
 
@@ -21,6 +22,7 @@ def create_app(context: ApiContext) -> FastAPI:
     for module in (decisions, jobs, batches, usage, models, health):
         app.include_router(module.router)
     app.add_middleware(MeasuredRequests)
+    install_schemas(app)
     return app
 
 

@@ -15,7 +15,7 @@ from api.errors import invalid
 from api.submit import check_lane, checked_metadata, checked_priority
 from decide.engine import Engine, row_count
 from decide.errors import FieldError, InvalidRequest, RequestTooLarge
-from decide.protocol import DecisionRequest, parse_request
+from decide.protocol import BLANK_STATE, DecisionRequest, is_blank_state, parse_request
 from decide.questions import json_kind
 from decide.render import state_text
 from decide.rows import CONTEXT_HEAD
@@ -41,7 +41,7 @@ def accept_batch(ctx: ApiContext, *, owner: str, body: Any) -> AcceptedBatch:
     priority = checked_priority(body.get("priority", "background"), "priority")
     metadata = checked_metadata(body.get("metadata"))
     template = parse_request({"model": body.get("model"), "state": "",
-                              "questions": body.get("questions")})
+                              "questions": body.get("questions")}, blank_state_ok=True)
     items = _items(body.get("items"))
     config = ctx.model(template.model)
     engine = ctx.planners[config.name]
@@ -93,6 +93,8 @@ def _item_problem(item: Any, seen: set[str]) -> tuple[tuple[str, ...], str] | No
     if not isinstance(item.get("state"), (str, dict, list)):
         return ("state",), (f"item {custom_id!r}: state must be a string, an object or an "
                             f"array, not {json_kind(item.get('state'))}")
+    if is_blank_state(item["state"]):
+        return ("state",), f"item {custom_id!r}: {BLANK_STATE}"
     return None
 
 

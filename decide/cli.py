@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Typed questions about text or JSON, answered with probabilities from one forward "
         "pass of a GGUF model."))
     commands = parser.add_subparsers(dest="command", required=True)
+    parser.commands = commands.choices  # type: ignore[attr-defined]
     service_url = os.environ.get("DECIDE_URL", "http://127.0.0.1:8000")
 
     run = commands.add_parser("run", help="answer questions in-process, or through --url")
@@ -149,7 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from decide.client.errors import APIError
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # told by the command's own usage, not the top-level one
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     if _decodes_in_process(args):
         from infra.settings import Settings
         from worker.in_process import use_runner_build
@@ -162,6 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "calibrate": calibrate_command, "check": check_command}
     try:
         return handlers[args.command](args)
+    except BrokenPipeError:  # `decide ... | head`: the reader stopped reading, nothing failed
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the exit's own flush stays quiet
+        return 0
     except (UsageError, DecideError, ConfigError, ValueError) as error:
         print(f"decide: {describe(error)}", file=sys.stderr)
     except APIError as error:
@@ -225,16 +233,42 @@ def _state(args: argparse.Namespace, stdin: Any) -> Any:
     if args.state is not None:
         text = args.state
     else:
+        swallowed = _state_like_option(args.inline)
+        hint = "" if swallowed is None else (
+            f"; the last value of {swallowed[0]}, {swallowed[1][:40]!r}, reads like a state: "
+            "put STATE before the questions (their values run to the next flag, or to --)")
         if stdin.isatty():
-            raise UsageError("no state: pass STATE or pipe it on standard input")
+            raise UsageError(f"no state: pass STATE or pipe it on standard input{hint}")
         text = stdin.read()
         text = text[:-1] if text.endswith("\n") else text
+        if swallowed is not None:
+            if not text.strip():
+                raise UsageError(f"no state on standard input{hint}")
+            print(f"decide: warning: the state came from standard input{hint}",
+                  file=sys.stderr)
     if not args.state_json:
         return text
     try:
         return json.loads(text)
     except ValueError as error:
         raise UsageError(f"--state-json: the state is not valid JSON: {error}") from error
+
+
+STATE_LIKE_WORDS = 8
+"""An option or level of this many words or more (or with a line break) reads like a state."""
+
+
+def _state_like_option(inline: list[tuple[str, list[str]]]) -> tuple[str, str] | None:
+    """(flag, value) when no STATE was given and the last value of the last --choice or
+    --score reads like one: argparse gives every word after ``--choice Q`` to its options,
+    so ``decide run --choice Q a b "My ticket..."`` swallows the state silently."""
+    if not inline or inline[-1][0] == "noul" or len(inline[-1][1]) < 2:
+        return None
+    kind, values = inline[-1]
+    last = values[-1]
+    if "\n" in last or len(last.split()) >= STATE_LIKE_WORDS:
+        return f"--{kind}", last
+    return None
 
 
 def _inline_questions(inline: list[tuple[str, list[str]]]) -> dict[str, Any]:
@@ -395,8 +429,13 @@ def migrate_command(_: argparse.Namespace | None = None) -> int:
     from store.migrate import upgrade
 
     url = Settings().resolved_database_url
-    upgrade(url)
-    print(f"database at head: {url.split('@')[-1]}")
+    applied = upgrade(url)
+    where = url.split("@")[-1]
+    if applied:
+        print(f"applied {len(applied)} migration{'s' if len(applied) > 1 else ''} to {where}: "
+              f"{', '.join(applied)}")
+    else:
+        print(f"nothing to apply: {where} is at the newest revision")
     return 0
 
 

@@ -64,11 +64,22 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def parse_request(body: Any) -> DecisionRequest:
+BLANK_STATE = ("state is blank: there is nothing to decide about; send the text, object or "
+               "array the questions are about")
+
+
+def is_blank_state(state: Any) -> bool:
+    """An empty or whitespace-only string: a decision about nothing is refused (422), since
+    the model would answer from the question alone and the answer would look like one."""
+    return isinstance(state, str) and not state.strip()
+
+
+def parse_request(body: Any, *, blank_state_ok: bool = False) -> DecisionRequest:
     """Validate a decoded JSON body; raise ``InvalidRequest`` naming every bad field.
 
     Unknown top-level fields are ignored; those starting with ``x_`` are kept in
-    ``extensions`` for the layers that understand them.
+    ``extensions`` for the layers that understand them. ``blank_state_ok``: for a batch's
+    question template (it has no state) and for a stored job the front door already took.
     """
     errors = Collector()
     if not isinstance(body, dict):
@@ -89,6 +100,8 @@ def parse_request(body: Any) -> DecisionRequest:
     elif not isinstance(state, (str, dict, list)):
         errors.add(("state",), "state must be a string, an object or an array, "
                                f"not {json_kind(state)}", "type_error")
+    elif is_blank_state(state) and not blank_state_ok:
+        errors.add(("state",), BLANK_STATE, "value_error")
     questions = parse_questions(body.get("questions"), errors)
     raise_if_any(errors)
     extensions = {key: value for key, value in body.items() if key.startswith("x_")}

@@ -56,14 +56,29 @@ def submit(args: argparse.Namespace, body: dict[str, Any]) -> int:
     return 0
 
 
+WAIT_POLL_SECONDS = 1.0
+"""A waiting ``decide job --wait`` long-polls this long at a time, so its status line moves."""
+
+
 def job(args: argparse.Namespace) -> int:
     with client_for(args) as client:
         found = client.job(args.job_id)
-        deadline = time.monotonic() + args.timeout
+        started = time.monotonic()
+        deadline = started + args.timeout
         while args.wait and not found.finished and time.monotonic() < deadline:
-            found = client.job(args.job_id, wait=min(60.0, deadline - time.monotonic()))
+            print(waiting_line(found.status, time.monotonic() - started), end="",
+                  file=sys.stderr, flush=True)
+            found = client.job(args.job_id, wait=min(WAIT_POLL_SECONDS,
+                                                     deadline - time.monotonic()))
+        if args.wait and time.monotonic() > started + WAIT_POLL_SECONDS / 2:
+            print(waiting_line(found.status, time.monotonic() - started), file=sys.stderr)
     print(json.dumps(asdict(found), ensure_ascii=False, indent=2))
     return 0
+
+
+def waiting_line(status: str, seconds: float) -> str:
+    """``\rjob_… running, 12 s``: rewritten in place on standard error while waiting."""
+    return f"\r{status}, {seconds:.0f} s waited "
 
 
 def read_items(path: str) -> list[dict[str, Any]]:

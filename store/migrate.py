@@ -6,6 +6,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 import migrations
 
@@ -19,27 +21,36 @@ def alembic_config(url: str) -> Config:
     return config
 
 
-def upgrade(url: str) -> None:
-    """Bring the database at ``url`` to the newest revision (a no-op when it is there)."""
+def upgrade(url: str) -> list[str]:
+    """Bring the database at ``url`` to the newest revision; the revisions applied, oldest
+    first (none when it was there already)."""
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    before = current_revision(url)
     command.upgrade(alembic_config(url), "head")
+    script = ScriptDirectory.from_config(alembic_config(url))
+    head = script.get_current_head()
+    if before == head:
+        return []
+    walked = script.iterate_revisions(head, before or "base")
+    return [revision.revision for revision in reversed(list(walked))]
+
+
+def current_revision(url: str) -> str | None:
+    from store.db import make_engine
+
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
 
 
 def require_head(url: str) -> None:
     """Refuse to serve a database that ``decide migrate`` has not brought up to date."""
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
-    from store.db import make_engine
-
     head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
-    engine = make_engine(url)
-    try:
-        with engine.connect() as connection:
-            current = MigrationContext.configure(connection).get_current_revision()
-    finally:
-        engine.dispose()
+    current = current_revision(url)
     if current != head:
         raise SystemExit(f"the database is at revision {current or 'none'}, not {head}: "
                          "run `decide migrate` first")

@@ -198,7 +198,7 @@ def _decode_claimed(job: jobs.JobRecord, *, db: Database,
         stored = until_stored(lambda: jobs.full_request(db, job), f"reading job {job_id}")
         if stored is None:
             raise Leaving
-        request = parse_request(stored)
+        request = parse_request(stored, blank_state_ok=True)  # the front door judged it
         decision = engine_for(job.model).decide(request, before_row)
         status, result, tokens = jobs.SUCCEEDED, decision.to_wire(), decision.input_tokens
         metrics.input_tokens.labels(job.model).inc(decision.input_tokens)

@@ -14,8 +14,10 @@ from api.batching import accept_batch
 from api.body import read_json
 from api.errors import not_found
 from api.routes.deps import Context, Owner
+from api.schemas import BatchList, BatchRequest, BatchSchema, request_body, responses
 from api.views import batch_view
-from store import batches
+from infra import metrics
+from store import batches, jobs
 
 router = APIRouter()
 
@@ -31,7 +33,8 @@ def _view(ctx: Context, batch: batches.BatchRecord) -> dict[str, Any]:
     return batch_view(batch, batches.progress(ctx.db, batch.id))
 
 
-@router.post("/v1/batches")
+@router.post("/v1/batches", status_code=202, openapi_extra=request_body(BatchRequest),
+             responses=responses({202: BatchSchema}))
 async def create_batch(request: Request, ctx: Context, owner: Owner) -> JSONResponse:
     body = await read_json(request)
     accepted = await run_in_threadpool(accept_batch, ctx, owner=owner, body=body)
@@ -40,7 +43,7 @@ async def create_batch(request: Request, ctx: Context, owner: Owner) -> JSONResp
                         headers={"Location": f"/v1/batches/{accepted.batch.id}"})
 
 
-@router.get("/v1/batches/{batch_id}")
+@router.get("/v1/batches/{batch_id}", responses=responses({200: BatchSchema}))
 def read_batch(batch_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
     return _view(ctx, _owned(ctx, batch_id, owner))
 
@@ -56,15 +59,19 @@ def batch_results(batch_id: str, ctx: Context, owner: Owner) -> StreamingRespons
     return StreamingResponse(lines(), media_type="application/x-ndjson")
 
 
-@router.post("/v1/batches/{batch_id}/cancel")
+@router.post("/v1/batches/{batch_id}/cancel", responses=responses({200: BatchSchema}))
 def cancel_batch(batch_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
-    _owned(ctx, batch_id, owner)
-    for job_id in batches.cancel_batch(ctx.db, batch_id, owner):
+    batch = _owned(ctx, batch_id, owner)
+    cancelling = batches.cancel_batch(ctx.db, batch_id, owner)
+    if cancelling.queued:  # jobs no worker will see: counted here
+        metrics.jobs_finished.labels(batch.model, batch.priority,
+                                     jobs.CANCELLED).inc(cancelling.queued)
+    for job_id in cancelling.running:
         ctx.queue.cancel(job_id)
     return _view(ctx, _owned(ctx, batch_id, owner))
 
 
-@router.get("/v1/batches")
+@router.get("/v1/batches", responses=responses({200: BatchList}))
 def list_batches(ctx: Context, owner: Owner,
                  limit: Annotated[int, Query(ge=1, le=100)] = 20,
                  after: Annotated[str | None, Query()] = None) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from api.body import read_json
 from api.context import ApiContext
 from api.errors import ApiError
 from api.routes.deps import Context, Owner
+from api.schemas import JobSchema, SystemOneRequest, SystemOneResponse, request_body, responses
 from api.submit import accept, checked_priority
 from api.views import job_view, sync_response
 from api.waiting import wait_finished
@@ -59,7 +60,8 @@ async def wait_while_connected(ctx: ApiContext, request: Request, job_id: str,
     return True, waiting.result()
 
 
-@router.post("/v1/systemone")
+@router.post("/v1/systemone", openapi_extra=request_body(SystemOneRequest),
+             responses=responses({200: SystemOneResponse, 202: JobSchema}))
 async def system_one(request: Request, ctx: Context, owner: Owner) -> JSONResponse:
     body = await read_json(request)
     priority = "foreground"

@@ -11,9 +11,11 @@ from starlette.concurrency import run_in_threadpool
 from api.body import read_json
 from api.errors import invalid
 from api.routes.deps import Context, Owner
+from api.schemas import JobList, JobRequest, JobSchema, request_body, responses
 from api.submit import accept, checked_metadata, checked_priority, owned_job
 from api.views import job_view
 from api.waiting import wait_finished
+from infra import metrics
 from store import jobs
 
 router = APIRouter()
@@ -21,7 +23,8 @@ MAX_WAIT_SECONDS = 60.0
 JOB_FIELDS = ("priority", "metadata")
 
 
-@router.post("/v1/jobs")
+@router.post("/v1/jobs", status_code=202, openapi_extra=request_body(JobRequest),
+             responses=responses({200: JobSchema, 202: JobSchema}))
 async def submit_job(request: Request, ctx: Context, owner: Owner,
                      idempotency_key: Annotated[str | None, Header()] = None) -> JSONResponse:
     body = await read_json(request)
@@ -40,7 +43,7 @@ async def submit_job(request: Request, ctx: Context, owner: Owner,
                         headers={"Location": f"/v1/jobs/{job.id}", "X-Job-Id": job.id})
 
 
-@router.get("/v1/jobs/{job_id}")
+@router.get("/v1/jobs/{job_id}", responses=responses({200: JobSchema}))
 async def read_job(job_id: str, ctx: Context, owner: Owner,
                    wait: Annotated[float | None, Query(ge=0, le=MAX_WAIT_SECONDS)] = None
                    ) -> dict[str, Any]:
@@ -50,16 +53,19 @@ async def read_job(job_id: str, ctx: Context, owner: Owner,
     return job_view(job)
 
 
-@router.delete("/v1/jobs/{job_id}")
+@router.delete("/v1/jobs/{job_id}", responses=responses({200: JobSchema}))
 async def cancel_job(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
-    await run_in_threadpool(owned_job, ctx, job_id, owner)
+    before = await run_in_threadpool(owned_job, ctx, job_id, owner)
     job = await run_in_threadpool(jobs.cancel_job, ctx.db, job_id, owner)
     if job is not None and job.status == jobs.RUNNING:
         await run_in_threadpool(ctx.queue.cancel, job_id)
+    elif job is not None and before.status == jobs.QUEUED and job.status == jobs.CANCELLED:
+        # cancelled before any worker saw it: counted here (a running one, by its worker)
+        metrics.jobs_finished.labels(job.model, job.priority, jobs.CANCELLED).inc()
     return job_view(job or await run_in_threadpool(owned_job, ctx, job_id, owner))
 
 
-@router.get("/v1/jobs")
+@router.get("/v1/jobs", responses=responses({200: JobList}))
 async def list_jobs(ctx: Context, owner: Owner,
                     status: Annotated[str | None, Query()] = None,
                     limit: Annotated[int, Query(ge=1, le=100)] = 20,

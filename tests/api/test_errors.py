@@ -43,6 +43,8 @@ def error_body(response, status: int, error_type: str) -> dict:
     (b'{"state": "s", "questions": {}}', ["body", "questions"]),
     (b'{"state": 5, "questions": {"r": {"type": "noul", "instructions": "?"}}}',
      ["body", "state"]),
+    (b'{"state": "", "questions": {"r": {"type": "noul", "instructions": "?"}}}',
+     ["body", "state"]),
     (b'{"state": "s", "questions": {"r": {"type": "rank"}}}', ["body", "questions", "r", "type"]),
     (b'{"state": "s", "questions": {"r": {"type": "choice", "instructions": "?", '
      b'"criteria": ["one"]}}}', ["body", "questions", "r", "criteria"]),
@@ -57,6 +59,15 @@ def error_body(response, status: int, error_type: str) -> dict:
 ])
 def test_422_points_at_the_field(open_client, content, loc):
     assert detail_422(open_client.post("/v1/systemone", content=content))[0]["loc"] == loc
+
+
+def test_a_blank_batch_item_is_refused_with_its_index(open_client):
+    response = open_client.post("/v1/batches", json={
+        "questions": {"r": NOUL},
+        "items": [{"custom_id": "a", "state": "fine"}, {"custom_id": "b", "state": "  "}]})
+    entry = detail_422(response)[0]
+    assert entry["loc"] == ["body", "items", 1, "state"]
+    assert "nothing to decide about" in entry["msg"]
 
 
 def test_too_many_options_and_levels(open_client):

@@ -7,6 +7,9 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.api.conftest import wait_for_status
+from tests.slow_work import distinct_nouls
+
 pytestmark = pytest.mark.model
 
 NOUL = {"type": "noul", "instructions": "Refund?"}
@@ -65,3 +68,30 @@ def test_metrics_move_with_traffic(open_client):
     assert value(after, "decide_queue_depth", model=MODEL, priority="background") == 0
     assert value(after, "decide_oldest_queued_job_age_seconds", model=MODEL,
                  priority="foreground") == 0
+
+
+def test_jobs_cancelled_while_queued_are_counted_as_finished(open_client):
+    before = scrape(open_client)
+    busy = open_client.post("/v1/jobs", json={"state": "busy", "priority": "foreground",
+                                              "questions": distinct_nouls(250)}).json()
+    wait_for_status(open_client, busy["id"], {"running"}, 60)
+    queued = [open_client.post("/v1/jobs", json={"state": f"waiting {i}",
+                                                 "questions": {"r": NOUL}}).json()["id"]
+              for i in range(3)]
+    batch = open_client.post("/v1/batches", json={
+        "questions": {"r": NOUL},
+        "items": [{"custom_id": f"c{i}", "state": f"item {i}"} for i in range(2)]}).json()
+    for job_id in queued:
+        assert open_client.delete(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
+    assert open_client.post(f"/v1/batches/{batch['id']}/cancel").json()["status"] == "cancelled"
+    open_client.delete(f"/v1/jobs/{busy['id']}")
+    wait_for_status(open_client, busy["id"], {"cancelled"}, 60)
+    after = scrape(open_client)
+
+    def moved(priority: str) -> float:
+        labels = {"model": MODEL, "priority": priority, "status": "cancelled"}
+        return (value(after, "decide_jobs_finished_total", **labels)
+                - value(before, "decide_jobs_finished_total", **labels))
+
+    assert moved("background") == 5  # three jobs and two batch items, none started
+    assert moved("foreground") == 1  # stopped on its worker, counted there

@@ -66,3 +66,17 @@ def test_status_shows_lanes_and_workers(open_server):
     assert "background" in lines[2]
     raw = json.loads(decide("status", "--json", "--url", open_server.url).stdout)
     assert raw["models"][0]["workers"] == 1
+
+
+def test_job_wait_shows_the_time_waited_on_stderr(open_server):
+    import httpx
+
+    from tests.slow_work import distinct_nouls
+
+    with httpx.Client(base_url=open_server.url, timeout=60) as client:
+        job = client.post("/v1/jobs", json={"state": "a long ticket",
+                                            "questions": distinct_nouls(250)}).json()
+    waited = decide("job", job["id"], "--wait", "--url", open_server.url)
+    assert waited.returncode == 0, waited.stderr
+    assert json.loads(waited.stdout)["status"] == "succeeded"
+    assert "s waited" in waited.stderr and "\r" in waited.stderr

@@ -142,3 +142,46 @@ def test_ids_made_in_one_millisecond_still_sort_by_creation():
     ids = [jobs.new_id("job") for _ in range(5000)]  # many share a millisecond
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     assert all(len(job_id) == len("job_") + 24 for job_id in ids)
+
+
+def test_cancelling_a_finished_batch_leaves_it_completed_with_its_counts(db):
+    from api.views import batch_view
+    from store import batches
+
+    batch, job_ids = batches.create_batch(db, owner="alice", model="m", priority="background",
+                                          questions={"r": {"type": "noul"}}, metadata=None,
+                                          items=[("a", "s1"), ("b", "s2")], rows_per_item=1)
+    for job_id in job_ids:
+        jobs.finish_job(db, jobs.claim_job(db, job_id, "w"), status=jobs.SUCCEEDED,
+                        result={"ok": True})
+    before = batch_view(batches.get_batch(db, batch.id, "alice"), batches.progress(db, batch.id))
+    assert batches.cancel_batch(db, batch.id, "alice") == batches.Cancelling(0, [])
+    after = batch_view(batches.get_batch(db, batch.id, "alice"), batches.progress(db, batch.id))
+    assert after == before
+    assert after["status"] == "completed" and after["request_counts"]["succeeded"] == 2
+
+
+def test_cancelling_a_batch_with_work_left_cancels_what_is_left(db):
+    from api.views import batch_view
+    from store import batches
+
+    batch, job_ids = batches.create_batch(db, owner="alice", model="m", priority="background",
+                                          questions={"r": {"type": "noul"}}, metadata=None,
+                                          items=[("a", "s1"), ("b", "s2")], rows_per_item=1)
+    jobs.finish_job(db, jobs.claim_job(db, job_ids[0], "w"), status=jobs.SUCCEEDED,
+                    result={"ok": True})
+    assert batches.cancel_batch(db, batch.id, "alice") == batches.Cancelling(1, [])
+    view = batch_view(batches.get_batch(db, batch.id, "alice"), batches.progress(db, batch.id))
+    assert view["status"] == "cancelled"
+    assert (view["request_counts"]["succeeded"], view["request_counts"]["cancelled"]) == (1, 1)
+
+
+def test_migrate_says_what_it_applied(tmp_path, monkeypatch, capsys):
+    from decide.cli import main
+
+    monkeypatch.setenv("DECIDE_DATABASE_URL", f"sqlite:///{tmp_path / 'fresh.db'}")
+    assert main(["migrate"]) == 0
+    first = capsys.readouterr().out
+    assert first.startswith("applied 3 migrations to ") and "0001" in first
+    assert main(["migrate"]) == 0
+    assert capsys.readouterr().out.startswith("nothing to apply: ")

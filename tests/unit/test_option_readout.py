@@ -195,9 +195,10 @@ def test_a_prior_row_longer_than_the_window_is_refused_before_decoding():
     # "N/A" is longer than an empty state: the prior rows are the longest
     engine = Engine("stock", FakeTokenizer(), None, OPTIONS, context_window=30)
     question = {"type": "noul", "instructions": "x" * 22}
-    plan_rows = engine_with().plan(parse_request({"state": "", "questions": {"n": question}}))
+    request = parse_request({"state": "", "questions": {"n": question}}, blank_state_ok=True)
+    plan_rows = engine_with().plan(request)
     # BOS, "N/A" (3 tokens here), "\n\n" + the question, " yes" (4 tokens here)
     assert max(length for _, length in plan_rows.row_lengths()) == 1 + 3 + 24 + 4
     assert max(plan_rows.row_tokens(row) for row in plan_rows.rows) == 1 + 24 + 4
     with pytest.raises(RequestTooLarge, match="30 tokens"):
-        engine.plan(parse_request({"state": "", "questions": {"n": question}}))
+        engine.plan(request)

@@ -45,6 +45,8 @@ def test_a_good_request_parses_with_every_form():
     ({"questions": {"q": GOOD}}, ["body", "state"]),
     ({"state": None, "questions": {"q": GOOD}}, ["body", "state"]),
     ({"state": 3, "questions": {"q": GOOD}}, ["body", "state"]),
+    ({"state": "", "questions": {"q": GOOD}}, ["body", "state"]),
+    ({"state": " \n\t", "questions": {"q": GOOD}}, ["body", "state"]),
     ({"state": "s"}, ["body", "questions"]),
     ({"state": "s", "questions": {}}, ["body", "questions"]),
     ({"state": "s", "questions": []}, ["body", "questions"]),
@@ -54,6 +56,15 @@ def test_a_good_request_parses_with_every_form():
 ])
 def test_top_level_errors(body, loc):
     assert locs(body) == [loc]
+
+
+def test_a_blank_state_is_refused_but_empty_json_is_a_state():
+    with pytest.raises(InvalidRequest) as refused:
+        parse_request({"state": "", "questions": {"q": GOOD}})
+    assert "nothing to decide about" in refused.value.errors[0].msg
+    assert parse_request({"state": {}, "questions": {"q": GOOD}}).state == {}
+    assert parse_request({"state": [], "questions": {"q": GOOD}}).state == []
+    assert parse_request({"state": "", "questions": {"q": GOOD}}, blank_state_ok=True)
 
 
 def q(question: dict) -> dict:
