@@ -79,4 +79,5 @@ def test_job_wait_shows_the_time_waited_on_stderr(open_server):
     waited = decide("job", job["id"], "--wait", "--url", open_server.url)
     assert waited.returncode == 0, waited.stderr
     assert json.loads(waited.stdout)["status"] == "succeeded"
-    assert "s waited" in waited.stderr and "\r" in waited.stderr
+    assert "running, " in waited.stderr and "succeeded, " in waited.stderr
+    assert "s waited" in waited.stderr

@@ -1,0 +1,45 @@
+"""The documents stay true to the code: every route and metric is in the API reference, every
+setting and environment variable the code reads is in the README."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from infra.metrics import EXPORTED
+from infra.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+REFERENCE = (ROOT / "docs" / "API.md").read_text()
+CODE = ("decide", "api", "worker", "infra", "store", "launch", "quality", "tests")
+
+
+def test_the_readme_points_at_the_api_reference():
+    assert "docs/API.md" in README
+
+
+def test_every_route_is_in_the_api_reference():
+    routes = set()
+    for module in (ROOT / "api" / "routes").glob("*.py"):
+        for route in re.findall(r'@router\.(?:get|post|delete)\("([^"]+)"', module.read_text()):
+            routes.add(re.sub(r"\{[^}]+\}", "{id}", route))  # the reference says {id}
+    assert len(routes) >= 13
+    missing = {route for route in routes if f"`{route}" not in REFERENCE
+               and f"{route}`" not in REFERENCE and f"{route}?" not in REFERENCE}
+    assert not missing, missing
+
+
+def test_every_metric_family_is_in_the_api_reference():
+    missing = {name for name in EXPORTED if f"`{name}`" not in REFERENCE}
+    assert not missing, missing
+
+
+def test_every_setting_and_environment_variable_is_in_the_readme():
+    names = {f"DECIDE_{field.upper()}" for field in Settings.model_fields}
+    sources = [*(ROOT / "ops").glob("*.sh"),
+               *(file for folder in CODE for file in (ROOT / folder).rglob("*.py"))]
+    for source in sources:
+        names |= set(re.findall(r"DECIDE_[A-Z_]*[A-Z]", source.read_text()))
+    missing = {name for name in names if f"`{name}`" not in README}
+    assert not missing, sorted(missing)
