@@ -26,6 +26,11 @@ def create_app(context: ApiContext) -> FastAPI:
     return app
 
 
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""Methods a label may name; any other token a client sends is counted as ``other``, so a
+caller looping ``curl -X M$i`` cannot add a time series per request."""
+
+
 class MeasuredRequests:
     """Counts and times every HTTP request. Plain ASGI, not ``BaseHTTPMiddleware``: that one
     wraps the request's receive channel, and a handler behind it never sees its caller
@@ -50,5 +55,6 @@ class MeasuredRequests:
             await self.app(scope, receive, sending)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
-            metrics.http_requests.labels(route, scope["method"], str(status[0])).inc()
+            method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"
+            metrics.http_requests.labels(route, method, str(status[0])).inc()
             metrics.http_duration.labels(route).observe(time.perf_counter() - started)

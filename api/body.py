@@ -9,6 +9,7 @@ from typing import Any
 
 import zstandard
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from api.errors import ApiError, invalid
 from decide.errors import RequestTooLarge
@@ -16,6 +17,10 @@ from decide.protocol import plain_json_problem
 from infra.settings import MAX_BODY_BYTES
 
 _TOO_LARGE = f"the request body is over {MAX_BODY_BYTES:,} bytes (32 MiB)"
+ZSTD_MAX_WINDOW_BYTES = 8 * 1024 * 1024
+"""The most a zstd frame may ask the decoder to hold (its window). Compressors at ordinary
+levels use 8 MiB or less; zstd's own limit, 128 MiB, would let one small request claim that
+much memory."""
 
 
 def _too_large(after: str = "") -> RequestTooLarge:
@@ -50,8 +55,8 @@ def decompress(raw: bytes, encoding: str, limit: int = MAX_BODY_BYTES) -> bytes:
                 raise invalid("body", [], "the gzip body is truncated", "decompression_error")
             return data
         if encoding == "zstd":
-            reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw),
-                                                                read_across_frames=True)
+            decompressor = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW_BYTES)
+            reader = decompressor.stream_reader(io.BytesIO(raw), read_across_frames=True)
             data = reader.read(limit + 1)
             while len(data) <= limit:
                 more = reader.read(limit + 1 - len(data))
@@ -87,5 +92,8 @@ def parse_json(data: bytes) -> Any:
 
 
 async def read_json(request: Request) -> Any:
+    """The body, read on the event loop (it waits on the network) and decompressed and parsed
+    in a worker thread (CPU work that would hold every other request while it runs)."""
     raw = await read_raw(request)
-    return parse_json(decompress(raw, request.headers.get("content-encoding", "")))
+    encoding = request.headers.get("content-encoding", "")
+    return await run_in_threadpool(lambda: parse_json(decompress(raw, encoding)))

@@ -15,7 +15,7 @@ from typing import Any
 
 from api.context import ApiContext
 from api.errors import ApiError, invalid
-from decide.protocol import parse_request
+from decide.protocol import parse_request, stored_request
 from infra import metrics
 from store import jobs
 
@@ -67,7 +67,8 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
     request = parse_request(body)
     config = ctx.model(request.model)
     plan = ctx.planners[config.name].plan(request)
-    fingerprint = request_hash(body, priority, metadata)
+    kept = stored_request(body)
+    fingerprint = request_hash(kept, priority, metadata)
     if sync_call and idempotency_key is None:
         joined = jobs.attach_sync_waiter(ctx.db, owner=owner, request_hash=fingerprint,
                                          since=time.time() - SHARE_SYNC_SECONDS)
@@ -76,7 +77,7 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
     check_lane(ctx, config.name, priority, plan.row_total)
     try:
         job, created = jobs.create_job(
-            ctx.db, owner=owner, model=config.name, priority=priority, request=body,
+            ctx.db, owner=owner, model=config.name, priority=priority, request=kept,
             metadata=metadata, rows=plan.row_total, input_tokens=plan.input_tokens,
             idempotency_key=idempotency_key, request_hash=fingerprint,
             sync_waiters=1 if sync_call else 0)

@@ -64,6 +64,16 @@ def _encodable(text: str) -> bool:
     return True
 
 
+STORED_FIELDS = ("model", "state", "questions")
+"""What a job keeps of its request: the fields a decision reads. Unknown top-level fields are
+ignored (SPEC §2.1) and so dropped before storage: a 30 MiB junk field is neither stored nor
+read again by every poll and list."""
+
+
+def stored_request(body: dict[str, Any]) -> dict[str, Any]:
+    return {key: body[key] for key in STORED_FIELDS if key in body}
+
+
 BLANK_STATE = ("state is blank: there is nothing to decide about; send the text, object or "
                "array the questions are about")
 

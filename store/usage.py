@@ -3,36 +3,46 @@ beyond job retention: a row per finished job, written with the job's last transi
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, Integer, cast, func, select
+from sqlalchemy.sql.elements import ColumnElement
 
 from store.tables import usage
 
 GROUPS = ("model", "key", "day", "hour")
+_BUCKET_SECONDS = {"day": 86400, "hour": 3600}
 
 
-def _bucket(seconds: float, group: str) -> str:
-    moment = datetime.fromtimestamp(seconds, tz=UTC)
+def _bucket(db: Engine, seconds: int) -> ColumnElement[Any]:
+    """The day or hour a usage row falls in, as a whole number of days or hours since 1970."""
+    if db.dialect.name == "postgresql":
+        return func.floor(usage.c.finished_at / seconds)
+    return cast(usage.c.finished_at / seconds, Integer)  # times are positive: truncation floors
+
+
+def _label(group: str, value: Any) -> str:
+    if group not in _BUCKET_SECONDS:
+        return str(value)
+    moment = datetime.fromtimestamp(int(value) * _BUCKET_SECONDS[group], tz=UTC)
     return moment.strftime("%Y-%m-%d") if group == "day" else moment.strftime("%Y-%m-%dT%H:00Z")
 
 
 def summarize(db: Engine, *, owner: str, since: float, until: float,
               group_by: tuple[str, ...]) -> list[dict[str, Any]]:
-    totals: dict[tuple[str, ...], list[int]] = defaultdict(lambda: [0, 0, 0])
-    query = (select(usage.c.owner, usage.c.model, usage.c.finished_at, usage.c.input_tokens,
-                    usage.c.rows)
+    """Jobs, rows and input tokens per group, summed by the database (one row per group
+    comes back, however many jobs there were)."""
+    columns = [usage.c.model if group == "model" else usage.c.owner if group == "key"
+               else _bucket(db, _BUCKET_SECONDS[group]) for group in group_by]
+    query = (select(*columns, func.count(), func.sum(usage.c.rows),
+                    func.sum(usage.c.input_tokens))
              .where(usage.c.owner == owner, usage.c.finished_at >= since,
-                    usage.c.finished_at < until))
+                    usage.c.finished_at < until)
+             .group_by(*columns).order_by(*columns))
     with db.connect() as connection:
-        for row in connection.execute(query.execution_options(yield_per=5000)):
-            key = tuple(row.model if group == "model" else row.owner if group == "key"
-                        else _bucket(row.finished_at, group) for group in group_by)
-            entry = totals[key]
-            entry[0] += 1
-            entry[1] += row.rows
-            entry[2] += row.input_tokens
-    return [{**dict(zip(group_by, key)), "jobs": jobs, "rows": rows, "input_tokens": tokens}
-            for key, (jobs, rows, tokens) in sorted(totals.items())]
+        rows = connection.execute(query).all()
+    width = len(group_by)
+    return [{**{group: _label(group, value) for group, value in zip(group_by, row[:width])},
+             "jobs": int(row[width]), "rows": int(row[width + 1] or 0),
+             "input_tokens": int(row[width + 2] or 0)} for row in rows]

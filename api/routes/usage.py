@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -14,6 +15,7 @@ from api.views import timestamp
 from store.usage import GROUPS, summarize
 
 router = APIRouter()
+LATEST_MOMENT = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
 
 
 def _moment(value: str | None, name: str, default: float) -> float:
@@ -21,16 +23,19 @@ def _moment(value: str | None, name: str, default: float) -> float:
     if value is None:
         return default
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as error:
-        raise invalid("query", [name], "must be ISO 8601 or Unix seconds") from error
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError as error:
+            raise invalid("query", [name], "must be ISO 8601 or Unix seconds") from error
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        seconds = parsed.timestamp()
+    if not (math.isfinite(seconds) and 0 <= seconds <= LATEST_MOMENT):
+        raise invalid("query", [name], f"must be a time from 1970 to 9999 (Unix seconds 0 to "
+                                       f"{LATEST_MOMENT:.0f}), not {value!r}")
+    return seconds
 
 
 @router.get("/v1/usage")

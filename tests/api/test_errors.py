@@ -129,6 +129,18 @@ def test_413_a_compressed_body_that_inflates_past_the_limit(open_client, encodin
     assert "once decompressed" in error_body(response, 413, "request_too_large")["message"]
 
 
+def test_a_zstd_frame_asking_for_a_128_mib_window_is_refused(open_client):
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=27)
+    packer = zstandard.ZstdCompressor(compression_params=params).compressobj()
+    body = json.dumps({"state": "s", "questions": {"r": NOUL}}).encode()
+    packed = packer.compress(body) + packer.flush()  # streamed: no content size to shrink it
+    response = open_client.post("/v1/systemone", content=packed,
+                                headers={"Content-Encoding": "zstd"})
+    entry = detail_422(response)[0]
+    assert entry["type"] == "decompression_error" and "zstd" in entry["msg"]
+    assert open_client.get("/health").status_code == 200
+
+
 def test_corrupt_compressed_body_is_422(open_client):
     response = open_client.post("/v1/systemone", content=b"not zstd at all",
                                 headers={"Content-Encoding": "zstd"})

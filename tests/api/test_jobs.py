@@ -152,3 +152,24 @@ def test_keys_are_never_stored_in_clear(alpha, keyed_server):
     stored = b"".join(path.read_bytes() for path in keyed_server.root.glob("jobs.db*"))
     assert b"key-alpha" not in stored and b"key-beta" not in stored
     assert key_id("key-alpha").encode() in stored  # jobs belong to the key's id
+
+
+def test_unknown_top_level_fields_are_not_stored(keyed_server, alpha):
+    import sqlite3
+
+    response = alpha.post("/v1/jobs", json={"state": TICKET, "questions": {"r": NOUL},
+                                            "notes": "x" * 2_000_000, "x_unknown": [1] * 1000})
+    assert response.status_code == 202
+    with sqlite3.connect(keyed_server.root / "jobs.db") as database:
+        stored = database.execute("SELECT request FROM jobs WHERE id = ?",
+                                  (response.json()["id"],)).fetchone()[0]
+    assert "notes" not in stored and "x_unknown" not in stored and len(stored) < 1000
+
+
+def test_usage_bounds_are_checked_and_named(alpha):
+    assert alpha.get("/v1/usage").status_code == 200
+    for name, value in (("until", "1e20"), ("since", "nan"), ("since", "-5"),
+                        ("until", "inf")):
+        refused = alpha.get("/v1/usage", params={name: value})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"][0]["loc"] == ["query", name]

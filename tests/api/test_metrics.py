@@ -95,3 +95,12 @@ def test_jobs_cancelled_while_queued_are_counted_as_finished(open_client):
 
     assert moved("background") == 5  # three jobs and two batch items, none started
     assert moved("foreground") == 1  # stopped on its worker, counted there
+
+
+def test_an_unknown_method_is_counted_as_other_not_as_its_own_series(open_client):
+    for method in ("ZZHOSTILE1", "ZZHOSTILE2"):
+        open_client.request(method, "/health")
+    exposed = open_client.get("/metrics").text
+    assert "ZZHOSTILE" not in exposed
+    assert value(scrape(open_client), "decide_http_requests_total", route="/health",
+                 method="other", status="405") >= 2

@@ -185,3 +185,26 @@ def test_migrate_says_what_it_applied(tmp_path, monkeypatch, capsys):
     assert first.startswith("applied 3 migrations to ") and "0001" in first
     assert main(["migrate"]) == 0
     assert capsys.readouterr().out.startswith("nothing to apply: ")
+
+
+def test_usage_is_summed_by_the_database_per_group(db):
+    from store.tables import usage
+    from store.usage import summarize
+
+    day = 86400 * 20_000  # 2024-10-04, midnight UTC
+    for owner, model, at, rows in (("alice", "m", day + 10, 2), ("alice", "m", day + 3700, 3),
+                                   ("alice", "n", day + 86400 + 5, 4), ("bob", "m", day, 9)):
+        job, _ = jobs.create_job(db, owner=owner, model=model, priority="background",
+                                 request=REQUEST, metadata=None, rows=rows, input_tokens=10)
+        jobs.finish_job(db, jobs.claim_job(db, job.id, "w"), status=jobs.SUCCEEDED,
+                        result={}, input_tokens=10 * rows)
+        with db.begin() as connection:
+            connection.execute(usage.update().where(usage.c.job_id == job.id)
+                               .values(finished_at=at))
+    assert summarize(db, owner="alice", since=0, until=day * 2, group_by=("model", "day")) == [
+        {"model": "m", "day": "2024-10-04", "jobs": 2, "rows": 5, "input_tokens": 50},
+        {"model": "n", "day": "2024-10-05", "jobs": 1, "rows": 4, "input_tokens": 40}]
+    assert summarize(db, owner="alice", since=day, until=day + 7200, group_by=("hour",)) == [
+        {"hour": "2024-10-04T00:00Z", "jobs": 1, "rows": 2, "input_tokens": 20},
+        {"hour": "2024-10-04T01:00Z", "jobs": 1, "rows": 3, "input_tokens": 30}]
+    assert summarize(db, owner="alice", since=0, until=1, group_by=("key",)) == []

@@ -191,6 +191,22 @@ def test_priors_of_the_same_tokens_split_elsewhere_are_kept_apart():
     assert cache.rows_read == 2
 
 
+def test_the_prior_cache_holds_digests_not_tokens_however_long_the_options():
+    from decide.rows import Row
+
+    class Reader:
+        def read(self, prefix, rows, before_row=None):
+            return [[-0.5] * row.continuation for row in rows]
+
+    cache = PriorCache(capacity=3)
+    long_rows = [Row(f"o{i}", "long", tuple(range(i, i + 30_000)), continuation=2)
+                 for i in range(5)]
+    cache.read(Reader(), tuple(range(8_000)), long_rows)
+    assert cache.kept_bytes() == 3 * (16 + 2 * 8)  # not 3 x 38,000 tokens
+    assert cache.read(Reader(), tuple(range(8_000)), long_rows[-1:]) == [[-0.5, -0.5]]
+    assert cache.rows_read == 5
+
+
 def test_a_prior_row_longer_than_the_window_is_refused_before_decoding():
     # "N/A" is longer than an empty state: the prior rows are the longest
     engine = Engine("stock", FakeTokenizer(), None, OPTIONS, context_window=30)
