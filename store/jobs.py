@@ -479,15 +479,6 @@ def cancel_job(db: Engine, job_id: str, owner: str) -> JobRecord | None:
     return get_job(db, job_id, owner)
 
 
-def cancel_requested(db: Engine, job_id: str) -> bool:
-    def read() -> bool:
-        with db.connect() as connection:
-            return bool(connection.execute(
-                select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar())
-
-    return _again_if_disconnected(read)
-
-
 GO_ON, STOP_CANCELLED, STOP_SUPERSEDED = "go_on", "cancelled", "superseded"
 
 

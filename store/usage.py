@@ -1,5 +1,6 @@
 """The usage audit: input tokens, rows and jobs per key and model over time (kept on purpose
-beyond job retention: a row per finished job, written with the job's last transition)."""
+beyond job retention: a row per succeeded job, written in the same transaction as its
+success; what is billed)."""
 
 from __future__ import annotations
 

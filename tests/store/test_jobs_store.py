@@ -92,10 +92,10 @@ def test_cancel_queued_then_running(db):
     assert jobs.cancel_job(db, queued.id, "alice").status == jobs.CANCELLED
     assert jobs.claim_job(db, queued.id) is None
     running, _ = new(db)
-    jobs.claim_job(db, running.id)
+    claim = jobs.claim_job(db, running.id)
     assert jobs.cancel_job(db, running.id, "bob") is None  # not bob's
     assert jobs.cancel_job(db, running.id, "alice").status == jobs.RUNNING
-    assert jobs.cancel_requested(db, running.id)
+    assert jobs.claim_standing(db, claim) == jobs.STOP_CANCELLED
 
 
 def test_idempotency_keys_per_owner(db):

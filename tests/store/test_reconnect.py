@@ -30,7 +30,7 @@ def test_claim_cancel_check_and_finish_survive_dropped_connections(postgres_url)
         claimed = jobs.claim_job(db, job.id, "w")
         assert claimed is not None and claimed.decode_runs == 1
         drop_every_connection(postgres_url)
-        assert jobs.cancel_requested(db, job.id) is False
+        assert jobs.claim_standing(db, claimed) == jobs.GO_ON
         drop_every_connection(postgres_url)
         assert jobs.finish_job(db, claimed, status=jobs.SUCCEEDED, result={"answers": {}},
                                input_tokens=9)
