@@ -17,9 +17,12 @@ $(STAMP): pyproject.toml ops/build-llama.sh
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# The embedded default: SQLite under the data directory, an in-process worker, 127.0.0.1:8000.
+# The embedded default: SQLite under the data directory, an in-process worker, 127.0.0.1:8000,
+# with keys on: the first start writes one fresh key to KEYS_FILE and prints it once.
+KEYS_FILE ?= $(or $(XDG_DATA_HOME),$(HOME)/.local/share)/decide/api_keys
 start: install
-	$(VENV)/bin/decide serve
+	$(VENV)/bin/decide keys ensure $(KEYS_FILE)
+	DECIDE_API_KEYS_FILE=$(KEYS_FILE) $(VENV)/bin/decide serve
 
 lint: install
 	$(PY) -m ruff check .

@@ -22,12 +22,22 @@ def key_id(key: str) -> str:
 
 
 class Authenticator:
-    def __init__(self, keys: list[str]) -> None:
+    def __init__(self, keys: list[str], admins: list[str] | None = None) -> None:
         self._digests = [hashlib.sha256(key.encode()).digest() for key in keys]
+        unknown = [key_id(key) for key in admins or () if key not in keys]
+        if unknown:
+            raise ValueError("every admin key must also be an API key (DECIDE_API_KEYS); "
+                             f"not the keys with ids {', '.join(unknown)}")
+        self._admin_ids = {key_id(key) for key in admins or ()}
 
     @property
     def open(self) -> bool:
         return not self._digests
+
+    def sees_everyone(self, owner: str) -> bool:
+        """Whether ``owner`` may see every key's work (``/v1/status``): an admin key, or
+        anyone when the API is open (every caller is then the one owner)."""
+        return self.open or owner in self._admin_ids
 
     def owner_of(self, request: Request) -> str:
         """The caller's owner id; 401 when keys are configured and none of them matches."""

@@ -39,6 +39,10 @@ def accept_batch(ctx: ApiContext, *, owner: str, body: Any) -> AcceptedBatch:
         raise invalid("body", [], f"the body must be a JSON object, not {json_kind(body)}",
                       "dict_type")
     priority = checked_priority(body.get("priority", "background"), "priority")
+    if priority != "background":
+        raise invalid("body", ["priority"], "a batch runs in the background lane: priority "
+                      "may only be 'background'; send what an agent waits for as sync calls "
+                      "or foreground jobs", "literal_error")
     metadata = checked_metadata(body.get("metadata"))
     template = parse_request({"model": body.get("model"), "state": "",
                               "questions": body.get("questions")}, blank_state_ok=True)
@@ -49,12 +53,14 @@ def accept_batch(ctx: ApiContext, *, owner: str, body: Any) -> AcceptedBatch:
     engine.plan(template)  # the question set alone within the limits (row count, suffixes)
     _check_items(engine, template, items)
     check_lane(ctx, config.name, priority, rows * len(items))
+    ctx.quotas.check_backlog(ctx.db, owner=owner, priority=priority, rows=rows * len(items))
     questions = body["questions"]
     batch, job_ids = batches.create_batch(
         ctx.db, owner=owner, model=config.name, priority=priority, questions=questions,
         metadata=metadata, items=items, rows_per_item=rows)
     metrics.jobs_submitted.labels(config.name, priority).inc(len(job_ids))
-    ctx.queue.send_batch(job_ids, config.name, priority)
+    ctx.backlog.add(config.name, priority, rows * len(items))
+    ctx.queue.send_batch(job_ids, config.name, priority, owner)
     return AcceptedBatch(batch=batch, job_ids=job_ids)
 
 

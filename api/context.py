@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from sqlalchemy import Engine as Database
 
 from api.auth import Authenticator
+from api.backlog import LaneBacklog
 from api.errors import not_found
+from api.quotas import Quotas
 from decide.engine import Engine
 from infra.events import JobEvents
 from infra.metrics import Exposition
@@ -27,6 +29,8 @@ class ApiContext:
     events: JobEvents
     auth: Authenticator
     metrics: Exposition
+    quotas: Quotas
+    backlog: LaneBacklog
 
     def model(self, name: str | None) -> ModelConfig:
         """The configured model a request names; 404 naming the configured ones otherwise."""

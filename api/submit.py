@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from api.context import ApiContext
 from api.errors import ApiError, invalid
+from api.quotas import RateState, retry_after_draining
 from decide.protocol import parse_request, stored_request
 from infra import metrics
 from store import jobs
@@ -26,6 +26,8 @@ METADATA_MAX_BYTES = 16 * 1024
 class Accepted:
     job: jobs.JobRecord
     created: bool
+    rate: RateState | None = None
+    """Where the key stands in its per-minute quota (None: not counted, e.g. a replay)."""
 
 
 def checked_priority(value: Any, field: str) -> str:
@@ -63,7 +65,8 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
            sync_call: bool = False) -> Accepted:
     """Store and send a decision job (runs in a worker thread: it tokenizes). A sync call
     joins the job of an identical sync call of the same owner still in flight, and counts as
-    one of its waiters."""
+    one of its waiters; a replay of an Idempotency-Key returns its job. Neither counts
+    against the key's quotas: only a new job does."""
     request = parse_request(body)
     config = ctx.model(request.model)
     plan = ctx.planners[config.name].plan(request)
@@ -74,7 +77,12 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
                                          since=time.time() - SHARE_SYNC_SECONDS)
         if joined is not None:
             return Accepted(job=joined, created=False)
-    check_lane(ctx, config.name, priority, plan.row_total)
+    rate = None
+    if idempotency_key is None or jobs.find_by_idempotency_key(
+            ctx.db, owner=owner, key=idempotency_key) is None:
+        check_lane(ctx, config.name, priority, plan.row_total)
+        ctx.quotas.check_backlog(ctx.db, owner=owner, priority=priority, rows=plan.row_total)
+        rate = ctx.quotas.take_rows(owner, plan.row_total)
     try:
         job, created = jobs.create_job(
             ctx.db, owner=owner, model=config.name, priority=priority, request=kept,
@@ -87,21 +95,18 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
                       "use a new key for a new request", "idempotency_conflict") from conflict
     if created:
         metrics.jobs_submitted.labels(job.model, priority).inc()
-        ctx.queue.send(job.id, job.model, priority)
-    return Accepted(job=job, created=created)
-
-
-ROWS_PER_SECOND_GUESS = 20
-"""A conservative decode rate for the Retry-After estimate of a full lane."""
+        ctx.backlog.add(job.model, priority, job.rows)
+        ctx.queue.send(job.id, job.model, priority, owner)
+    return Accepted(job=job, created=created, rate=rate if created else None)
 
 
 def check_lane(ctx: ApiContext, model: str, priority: str, rows: int) -> None:
     """SPEC §5: a lane over its queued-row limit refuses new work with 503 and Retry-After."""
     limit = ctx.settings.lane_rows(priority)
-    queued = jobs.queued_rows(ctx.db, model=model, priority=priority)
+    queued = ctx.backlog.rows(model, priority)
     if queued and queued + rows > limit:  # an idle lane always takes one request
         # long enough for the lane to drain the excess at a conservative decode rate
-        retry = max(1, min(300, math.ceil((queued + rows - limit) / ROWS_PER_SECOND_GUESS)))
+        retry = retry_after_draining(queued + rows - limit)
         raise ApiError(503, "overloaded_error",
                        f"the {priority} lane of {model!r} holds {queued:,} queued rows and "
                        f"takes at most {limit:,}; retry after {retry} s",

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from decide.display import render_decision
@@ -132,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="front-door processes (distributed setup only; metrics are merged "
                             "through PROMETHEUS_MULTIPROC_DIR)")
     commands.add_parser("migrate", help="apply the database migrations")
+    keys = commands.add_parser("keys", help="API keys in a file (DECIDE_API_KEYS_FILE)")
+    keys.add_argument("action", choices=["ensure"],
+                      help="ensure: write one fresh key to FILE unless it holds keys, and "
+                           "print it once")
+    keys.add_argument("file", type=Path, help="the keys file")
     check = commands.add_parser("check", help="decode the self-check probe in a runner "
                                 "process, as a worker does before it serves, and report")
     check.add_argument("--model", help="a configured model (default: the default model)")
@@ -163,7 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "worker": worker_command, "status": status_command, "models": models_command,
                 "submit": submit_command, "job": job_command, "batch": batch_command,
                 "results": results_command, "eval": eval_command,
-                "calibrate": calibrate_command, "check": check_command}
+                "calibrate": calibrate_command, "check": check_command,
+                "keys": keys_command}
     try:
         return handlers[args.command](args)
     except BrokenPipeError:  # `decide ... | head`: the reader stopped reading, nothing failed
@@ -381,6 +388,18 @@ def models_command(_: argparse.Namespace | None = None) -> int:
         print(f"{marker} {name}  kind={config.kind}  context={config.context_size}  {where}")
     return 0
 
+
+
+def keys_command(args: argparse.Namespace) -> int:
+    from infra.keys_file import ensure_keys
+
+    key = ensure_keys(args.file)
+    if key is None:
+        print(f"{args.file} already holds API keys (they are not shown again)")
+    else:
+        print(f"A new API key, written to {args.file} and shown only this once:\n\n  {key}\n\n"
+              f"Send it as 'Authorization: Bearer <key>' (TYPESAFE_API_KEY for the SDK).")
+    return 0
 
 
 def serve_command(args: argparse.Namespace) -> int:

@@ -17,6 +17,11 @@ from typing import Protocol
 from decide.rows import Row
 
 DEFAULT_CAPACITY = 4096
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+"""The most one worker's priors may hold, keys and values counted: a value has one float per
+token of its option, so long options fill the budget before the entry count."""
+KEY_BYTES = 16
+FLOAT_BYTES = 8
 
 
 class RowReader(Protocol):
@@ -37,17 +42,33 @@ def row_key(prefix: Sequence[int], suffix: Sequence[int], continuation: int) -> 
 
 
 class PriorCache:
-    """The latest ``capacity`` priors, keyed by a digest of their tokens (``row_key``)."""
+    """The latest priors, keyed by a digest of their tokens (``row_key``), at most
+    ``capacity`` of them and ``max_bytes`` in all (each value an array of 8-byte floats)."""
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY,
+                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.capacity = capacity
-        self._values: OrderedDict[bytes, list[float]] = OrderedDict()
+        self.max_bytes = max_bytes
+        self._values: OrderedDict[bytes, array[float]] = OrderedDict()
+        self._bytes = 0
         self.rows_read = 0
 
     def kept_bytes(self) -> int:
-        """What the cache holds, counted as 16 bytes a key and 8 a value (Python's own
-        overhead aside): bounded by the capacity times the longest option's token count."""
-        return sum(len(key) + 8 * len(value) for key, value in self._values.items())
+        """What the cache holds: 16 bytes a key and 8 a float (Python's fixed overhead per
+        entry aside)."""
+        return self._bytes
+
+    def _keep(self, key: bytes, value: Sequence[float]) -> None:
+        if key in self._values:
+            self._values.move_to_end(key)
+            return
+        stored = array("d", value)
+        self._values[key] = stored
+        self._bytes += KEY_BYTES + FLOAT_BYTES * len(stored)
+        while self._values and (len(self._values) > self.capacity
+                                or self._bytes > self.max_bytes):
+            _, dropped = self._values.popitem(last=False)
+            self._bytes -= KEY_BYTES + FLOAT_BYTES * len(dropped)
 
     def read(self, reader: RowReader, prefix: Sequence[int], rows: Sequence[Row],
              before_row: Callable[[], None] | None = None) -> list[list[float]]:
@@ -56,15 +77,12 @@ class PriorCache:
         What this call found is held apart from the cache, since a foreground request that
         ``before_row`` decodes meanwhile may evict it."""
         keys = [row_key(prefix, row.suffix, row.continuation) for row in rows]
-        found = {key: self._values[key] for key in keys if key in self._values}
+        found = {key: list(self._values[key]) for key in keys if key in self._values}
         missing = {key: row for key, row in zip(keys, rows) if key not in found}
         if missing:
             read = reader.read(prefix, list(missing.values()), before_row)
             self.rows_read += len(missing)
             found.update(zip(missing, read, strict=True))
         for key in keys:
-            self._values[key] = found[key]
-            self._values.move_to_end(key)
-        while len(self._values) > self.capacity:
-            self._values.popitem(last=False)
+            self._keep(key, found[key])
         return [found[key] for key in keys]

@@ -105,10 +105,12 @@ class ChannelListener:
     """A thread that hands every job id announced on a Redis channel to ``on_message``,
     reconnecting when Redis goes away (the database is the fallback meanwhile)."""
 
-    def __init__(self, url: str, channel: str, on_message: Callable[[str], None]) -> None:
+    def __init__(self, url: str, channel: str, on_message: Callable[[str], None],
+                 on_connection: Callable[[bool], None] | None = None) -> None:
         self._url = url
         self._channel = channel
         self._on_message = on_message
+        self._on_connection = on_connection or (lambda _: None)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"listen-{channel}",
                                         daemon=True)
@@ -122,12 +124,16 @@ class ChannelListener:
     def _loop(self) -> None:
         while not self._stopping.is_set():
             try:
-                client = redis.Redis.from_url(self._url, socket_connect_timeout=5)
+                # the health check pings a quiet connection, so a dead one is noticed
+                client = redis.Redis.from_url(self._url, socket_connect_timeout=5,
+                                              health_check_interval=5)
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(self._channel)
+                self._on_connection(True)
                 while not self._stopping.is_set():
                     message = pubsub.get_message(timeout=1.0)
                     if message and message.get("type") == "message":
                         self._on_message(message["data"].decode())
             except (redis.RedisError, OSError):
+                self._on_connection(False)
                 time.sleep(0.5)

@@ -19,9 +19,13 @@ class CeleryQueue:
         self._broker = broker
         self._models = models
 
-    def send(self, job_id: str, model: str, priority: str) -> None:
-        """Send at once (a caller may be waiting); if the broker is away, the job stays
-        unsent in the database and the workers' delivery loop sends it later."""
+    def send(self, job_id: str, model: str, priority: str, owner: str = "") -> None:
+        """A foreground job is sent at once (a caller is waiting); if the broker is away, it
+        stays unsent in the database and the workers' delivery loop sends it later. A
+        background job is left to that loop, which lets the lane's keys take turns: sent
+        here, it would wait behind every message another key's backlog put on the lane."""
+        if priority != "foreground":
+            return
         try:
             self._broker.send(job_id, model, priority)
         except Exception as error:
@@ -33,7 +37,8 @@ class CeleryQueue:
             log.warning("job %s was sent but not marked sent (%s); it may be sent twice, "
                         "harmlessly", job_id, error)
 
-    def send_batch(self, job_ids: list[str], model: str, priority: str) -> None:
+    def send_batch(self, job_ids: list[str], model: str, priority: str,
+                   owner: str = "") -> None:
         """Batch items are left to the delivery loop, which feeds lanes as they drain."""
 
     def cancel(self, job_id: str) -> None:

@@ -1,8 +1,10 @@
 """Wake-ups for callers waiting on a job (sync calls, long polls) when it finishes.
 
-A waiter always re-reads the database, the source of truth; an event only ends its sleep
-early. In one process the worker publishes here directly; without a publisher waiters simply
-poll at the interval they choose.
+A waiter always re-reads the database, the source of truth; an event ends its sleep early. In
+one process the worker publishes here directly; in the distributed setup a listener on the
+broker's channel does, and says whether it is connected (``trusted``): while it is, waiters
+re-read only now and then, for what no worker announces (a cancel, an expiry); while it is not,
+they poll. A listener that reconnects wakes every waiter, for what it may have missed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from contextlib import contextmanager
 
 
 class JobEvents:
-    def __init__(self) -> None:
+    def __init__(self, trusted: bool = True) -> None:
+        self.trusted = trusted
+        """Whether every finish is announced here now (a publisher is connected)."""
         self._lock = threading.Lock()
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = (
             defaultdict(set))
@@ -43,3 +47,16 @@ class JobEvents:
             waiters = list(self._waiters.get(job_id, ()))
         for loop, event in waiters:
             loop.call_soon_threadsafe(event.set)
+
+    def wake_all(self) -> None:
+        """Wake every waiter (a publisher came back: announcements may have been lost)."""
+        with self._lock:
+            waiters = [entry for entries in self._waiters.values() for entry in entries]
+        for loop, event in waiters:
+            loop.call_soon_threadsafe(event.set)
+
+    def connected(self, connected: bool) -> None:
+        """The publisher's connection changed; on reconnecting, every waiter re-reads."""
+        self.trusted = connected
+        if connected:
+            self.wake_all()

@@ -6,11 +6,13 @@ from typing import Protocol
 
 
 class JobQueue(Protocol):
-    def send(self, job_id: str, model: str, priority: str) -> None:
-        """Deliver ``job_id`` to a worker of ``model`` in the ``priority`` lane."""
+    def send(self, job_id: str, model: str, priority: str, owner: str = "") -> None:
+        """Deliver ``job_id`` of ``owner`` to a worker of ``model`` in the ``priority`` lane
+        (or leave it to a feeder that lets the lane's keys take turns)."""
         ...
 
-    def send_batch(self, job_ids: list[str], model: str, priority: str) -> None:
+    def send_batch(self, job_ids: list[str], model: str, priority: str,
+                   owner: str = "") -> None:
         """Deliver a batch's items (or leave them to a feeder that takes them in turn)."""
         ...
 

@@ -9,6 +9,9 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from decide.engine import Limits
+from infra.keys_file import read_keys
+
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """SPEC §2.4: a body (after decompression) may not be larger than this."""
 
@@ -41,7 +44,23 @@ class Settings(BaseSettings):
     broker_url: str | None = None
     """Redis URL of the Celery broker; none means the embedded in-process worker."""
     api_keys: str = ""
-    """Comma-separated API keys; empty leaves the API open (any Authorization is ignored)."""
+    """Comma-separated API keys; empty (and no keys file) leaves the API open (any
+    Authorization is ignored)."""
+    api_keys_file: Path | None = None
+    """A file of API keys, one a line, added to ``api_keys`` (``decide keys ensure FILE``)."""
+    admin_keys: str = ""
+    """Comma-separated keys (each also a valid API key) whose ``/v1/status`` shows every
+    key's work; any other key sees only its own."""
+    key_rows_per_minute: int = Field(default=60_000, ge=Limits.max_rows)
+    """Rows one key may submit per minute through ``/v1/systemone`` and ``/v1/jobs`` (a
+    sliding window); past it, 429 with ``Retry-After``. At least one request's worth (1,024
+    rows), so every valid request fits once the window has passed."""
+    key_queued_rows: int = Field(default=1_000_000, ge=1)
+    """Rows one key may have queued (both lanes, batches included); past it, 429. A key with
+    nothing queued may always queue one request."""
+    key_foreground_rows: int = Field(default=4_096, ge=1)
+    """Foreground rows one key may have queued: the foreground lane is for sync calls and
+    small jobs, so one key's flood cannot hold every other key's sync calls."""
     host: str = "127.0.0.1"
     port: int = 8000
     sync_wait_seconds: float = 60.0
@@ -76,4 +95,13 @@ class Settings(BaseSettings):
 
     @property
     def key_list(self) -> list[str]:
-        return [key.strip() for key in self.api_keys.split(",") if key.strip()]
+        from_file = read_keys(self.api_keys_file) if self.api_keys_file else []
+        return _split(self.api_keys) + from_file
+
+    @property
+    def admin_key_list(self) -> list[str]:
+        return _split(self.admin_keys)
+
+
+def _split(keys: str) -> list[str]:
+    return [key.strip() for key in keys.split(",") if key.strip()]

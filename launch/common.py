@@ -10,7 +10,9 @@ from sqlalchemy import Engine as Database
 
 from api.app import create_app
 from api.auth import Authenticator
+from api.backlog import LaneBacklog
 from api.context import ApiContext
+from api.quotas import Quotas
 from infra.engines import load_planner
 from infra.events import JobEvents
 from infra.metrics import Exposition, StoreCollector
@@ -25,8 +27,11 @@ def api_context(settings: Settings, db: Database, catalog: Catalog, queue: JobQu
     planners = {name: load_planner(config, settings).engine
                 for name, config in catalog.models.items()}
     return ApiContext(settings=settings, db=db, catalog=catalog, planners=planners,
-                      queue=queue, events=events, auth=Authenticator(settings.key_list),
-                      metrics=Exposition(StoreCollector(db, list(catalog.models))))
+                      queue=queue, events=events,
+                      auth=Authenticator(settings.key_list, admins=settings.admin_key_list),
+                      metrics=Exposition(StoreCollector(db, list(catalog.models))),
+                      quotas=Quotas(settings, settings.broker_url or "memory://"),
+                      backlog=LaneBacklog(db))
 
 
 def app_for(context: ApiContext, on_shutdown: Callable[[], None]) -> FastAPI:

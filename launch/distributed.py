@@ -22,8 +22,9 @@ def build_distributed(settings: Settings) -> FastAPI:
     require_head(url)
     db = make_engine(url)
     catalog = load_catalog(settings)
-    events = JobEvents()
-    listener = ChannelListener(settings.broker_url, FINISHED_CHANNEL, events.publish)
+    events = JobEvents(trusted=False)  # until the listener has subscribed
+    listener = ChannelListener(settings.broker_url, FINISHED_CHANNEL, events.publish,
+                               on_connection=events.connected)
     listener.start()
     queue = CeleryQueue(db=db, broker=Broker(settings.broker_url), models=list(catalog.models))
     return app_for(api_context(settings, db, catalog, queue, events), listener.stop)

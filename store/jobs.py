@@ -58,7 +58,8 @@ class JobRecord:
     model: str
     priority: str
     status: str
-    request: dict[str, Any]
+    request: dict[str, Any] | None
+    """The stored System One body; None where it was not read (``SUMMARY_COLUMNS``)."""
     metadata: dict[str, Any] | None
     result: dict[str, Any] | None
     error: dict[str, Any] | None
@@ -96,9 +97,14 @@ def _dumps(value: Any) -> str | None:
 def _record(row: Any) -> JobRecord:
     values = dict(row._mapping)
     for key in ("request", "metadata", "result", "error"):
-        values[key] = _loads(values[key])
+        values[key] = _loads(values.get(key))
     values["cancel_requested"] = bool(values["cancel_requested"])
     return JobRecord(**values)
+
+
+SUMMARY_COLUMNS = tuple(column for column in jobs.c if column.name != "request")
+"""Every column but the request, which can be megabytes: what reads for callers (a job's
+view, long polls, lists) load. Only a worker's claim reads the request."""
 
 
 class IdempotencyConflict(Exception):
@@ -109,7 +115,7 @@ def create_job(db: Engine, *, owner: str, model: str, priority: str, request: di
                metadata: dict[str, Any] | None, rows: int, input_tokens: int,
                idempotency_key: str | None = None, request_hash: str | None = None,
                sync_waiters: int = 0) -> tuple[JobRecord, bool]:
-    """Store a queued job; returns it and whether it is new.
+    """Store a queued job; returns it (without its request) and whether it is new.
 
     With an idempotency key already used by this owner, the earlier job is returned when the
     body is the same, and ``IdempotencyConflict`` is raised when it is not.
@@ -125,15 +131,14 @@ def create_job(db: Engine, *, owner: str, model: str, priority: str, request: di
               "created_at": time.time(), "sync_waiters": sync_waiters}
     try:
         with db.begin() as connection:
-            connection.execute(jobs.insert().values(**values))
+            row = connection.execute(jobs.insert().values(**values)
+                                     .returning(*SUMMARY_COLUMNS)).one()
     except IntegrityError:
         earlier = find_by_idempotency_key(db, owner=owner, key=idempotency_key or "")
         if earlier is None:
             raise
         return _same_body(earlier, request_hash), False
-    job = get_job(db, values["id"])
-    assert job is not None
-    return job, True
+    return _record(row), True
 
 
 def _same_body(earlier: JobRecord, request_hash: str | None) -> JobRecord:
@@ -155,7 +160,7 @@ def attach_sync_waiter(db: Engine, *, owner: str, request_hash: str,
     with db.begin() as connection:
         row = connection.execute(
             update(jobs).where(jobs.c.id == same, jobs.c.status.in_((QUEUED, RUNNING)))
-            .values(sync_waiters=jobs.c.sync_waiters + 1).returning(*jobs.c)).first()
+            .values(sync_waiters=jobs.c.sync_waiters + 1).returning(*SUMMARY_COLUMNS)).first()
     return None if row is None else _record(row)
 
 
@@ -179,14 +184,16 @@ def cancel_unwaited(db: Engine, job_id: str) -> bool:
 
 def find_by_idempotency_key(db: Engine, *, owner: str, key: str) -> JobRecord | None:
     with db.connect() as connection:
-        row = connection.execute(select(jobs).where(
+        row = connection.execute(select(*SUMMARY_COLUMNS).where(
             jobs.c.owner == owner, jobs.c.idempotency_key == key)).first()
     return None if row is None else _record(row)
 
 
-def get_job(db: Engine, job_id: str, owner: str | None = None) -> JobRecord | None:
-    """A job by id; with ``owner``, only that owner's (another's reads as absent)."""
-    query = select(jobs).where(jobs.c.id == job_id)
+def get_job(db: Engine, job_id: str, owner: str | None = None, *,
+            with_request: bool = False) -> JobRecord | None:
+    """A job by id, without its request unless ``with_request``; with ``owner``, only that
+    owner's (another's reads as absent)."""
+    query = select(*jobs.c if with_request else SUMMARY_COLUMNS).where(jobs.c.id == job_id)
     if owner is not None:
         query = query.where(jobs.c.owner == owner)
     with db.connect() as connection:
@@ -196,8 +203,9 @@ def get_job(db: Engine, job_id: str, owner: str | None = None) -> JobRecord | No
 
 def list_jobs(db: Engine, *, owner: str, status: str | None, limit: int,
               after: str | None) -> list[JobRecord]:
-    """An owner's jobs, newest first; ``after`` is the last id of the previous page."""
-    query = select(jobs).where(jobs.c.owner == owner)
+    """An owner's jobs, newest first, without their requests; ``after`` is the last id of the
+    previous page."""
+    query = select(*SUMMARY_COLUMNS).where(jobs.c.owner == owner)
     if status is not None:
         query = query.where(jobs.c.status == status)
     if after is not None:
@@ -241,7 +249,7 @@ def _claim_after_a_drop(db: Engine, job_id: str, worker_id: str | None) -> JobRe
     the job is running under this worker: ours."""
     claimed = _claim(db, job_id, worker_id)
     if claimed is None and worker_id is not None:
-        job = get_job(db, job_id)
+        job = get_job(db, job_id, with_request=True)
         if job is not None and job.status == RUNNING and job.worker_id == worker_id:
             return job
     return claimed
@@ -340,13 +348,23 @@ def mark_sent(db: Engine, job_ids: list[str]) -> None:
                                .values(sent_at=database_now(db)))
 
 
-def unsent_jobs(db: Engine, *, model: str, priority: str, limit: int) -> list[str]:
-    """Queued jobs no queue was given yet, oldest first (what the feeder sends next)."""
+def unsent_by_owner(db: Engine, *, model: str, priority: str,
+                    per_owner: int) -> dict[str, list[str]]:
+    """Queued jobs of a lane no queue was given yet: each key's ``per_owner`` oldest, keyed
+    by owner (the feeder lets the keys take turns). One statement over the index of unsent
+    jobs, ``ix_jobs_unsent``."""
+    turn = func.row_number().over(partition_by=jobs.c.owner,
+                                  order_by=(jobs.c.created_at, jobs.c.id)).label("turn")
+    ranked = (select(jobs.c.id, jobs.c.owner, turn)
+              .where(jobs.c.status == QUEUED, jobs.c.sent_at.is_(None),
+                     jobs.c.model == model, jobs.c.priority == priority).subquery())
+    query = (select(ranked.c.owner, ranked.c.id).where(ranked.c.turn <= per_owner)
+             .order_by(ranked.c.owner, ranked.c.turn))
+    waiting: dict[str, list[str]] = {}
     with db.connect() as connection:
-        return list(connection.execute(
-            select(jobs.c.id).where(jobs.c.status == QUEUED, jobs.c.sent_at.is_(None),
-                                    jobs.c.model == model, jobs.c.priority == priority)
-            .order_by(jobs.c.created_at, jobs.c.id).limit(limit)).scalars())
+        for owner, job_id in connection.execute(query):
+            waiting.setdefault(owner, []).append(job_id)
+    return waiting
 
 
 def sent_queued_ids(db: Engine, *, model: str, priority: str, grace: float) -> list[str]:
@@ -510,24 +528,37 @@ def requeue_running(db: Engine, model: str | None = None, *,
     return _settle_crashed(db, where, max_attempts, "the process stopped while it ran")
 
 
-def queued_jobs(db: Engine, model: str | None = None) -> list[tuple[str, str, str]]:
-    """(id, model, priority) of every queued job, foreground first, oldest first."""
-    query = select(jobs.c.id, jobs.c.model, jobs.c.priority).where(jobs.c.status == QUEUED)
+def queued_jobs(db: Engine, model: str | None = None) -> list[tuple[str, str, str, str]]:
+    """(id, model, priority, owner) of every queued job, foreground first, oldest first."""
+    query = select(jobs.c.id, jobs.c.model, jobs.c.priority, jobs.c.owner).where(
+        jobs.c.status == QUEUED)
     if model is not None:
         query = query.where(jobs.c.model == model)
     with db.connect() as connection:
-        rows = connection.execute(query.order_by(jobs.c.created_at)).all()
-    return sorted(((r.id, r.model, r.priority) for r in rows),
+        rows = connection.execute(query.order_by(jobs.c.created_at, jobs.c.id)).all()
+    return sorted(((r.id, r.model, r.priority, r.owner) for r in rows),
                   key=lambda job: PRIORITIES.index(job[2]))
 
 
 def queued_rows(db: Engine, *, model: str, priority: str) -> int:
-    """Rows waiting in one lane: what backpressure is measured in."""
+    """Rows waiting in one lane: what backpressure is measured in (an index-only sum over
+    ``ix_jobs_queued_rows``)."""
     with db.connect() as connection:
         return int(connection.execute(
             select(func.coalesce(func.sum(jobs.c.rows), 0)).where(
                 jobs.c.status == QUEUED, jobs.c.model == model,
                 jobs.c.priority == priority)).scalar() or 0)
+
+
+def owner_queued_rows(db: Engine, *, owner: str) -> dict[str, int]:
+    """Rows one key has waiting, by lane (all models): what its backlog quota counts, over
+    the index ``ix_jobs_owner_queued``."""
+    with db.connect() as connection:
+        rows = connection.execute(
+            select(jobs.c.priority, func.sum(jobs.c.rows))
+            .where(jobs.c.owner == owner, jobs.c.status == QUEUED)
+            .group_by(jobs.c.priority)).all()
+    return {priority: int(total or 0) for priority, total in rows}
 
 
 def purge_finished_before(db: Engine, cutoff: float) -> int:

@@ -14,18 +14,23 @@ from store.workers import live_counts
 WINDOW_SECONDS = 60.0
 
 
-def lane_status(db: Engine, models: list[str], default: str) -> list[dict[str, Any]]:
+def lane_status(db: Engine, models: list[str], default: str,
+                owner: str | None = None) -> list[dict[str, Any]]:
+    """Every key's jobs, or with ``owner`` only that key's (the live workers are shown to
+    all: they are the service's, not a tenant's)."""
     now = time.time()
+    job_scope = () if owner is None else (jobs.c.owner == owner,)
+    usage_scope = () if owner is None else (usage.c.owner == owner,)
     with db.connect() as connection:
         lanes = connection.execute(
             select(jobs.c.model, jobs.c.priority, jobs.c.status, func.count(),
                    func.min(jobs.c.created_at))
-            .where(jobs.c.status.in_((QUEUED, RUNNING)))
+            .where(jobs.c.status.in_((QUEUED, RUNNING)), *job_scope)
             .group_by(jobs.c.model, jobs.c.priority, jobs.c.status)).all()
         recent = connection.execute(
             select(usage.c.model, func.count(), func.coalesce(func.sum(usage.c.rows), 0),
                    func.coalesce(func.sum(usage.c.input_tokens), 0))
-            .where(usage.c.finished_at >= now - WINDOW_SECONDS)
+            .where(usage.c.finished_at >= now - WINDOW_SECONDS, *usage_scope)
             .group_by(usage.c.model)).all()
     alive = live_counts(db)
     counts = {(model, priority, status): (count, oldest)

@@ -13,9 +13,14 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 metadata = MetaData()
+
+QUEUED = "status = 'queued'"
+UNSENT = f"{QUEUED} AND sent_at IS NULL"
+SENT = f"{QUEUED} AND sent_at IS NOT NULL"
 
 jobs = Table(
     "jobs", metadata,
@@ -49,6 +54,16 @@ jobs = Table(
     Index("ix_jobs_lane", "status", "model", "priority", "created_at"),
     Index("ix_jobs_batch", "batch_id", "item_index"),
     Index("ix_jobs_owner_request_hash", "owner", "request_hash"),
+    # partial indexes over queued jobs only, so a lane's reads cost what is queued in it
+    # (the feeder's fair pick, its repair, the lane and key sums), not the table's history
+    Index("ix_jobs_unsent", "model", "priority", "owner", "created_at", "id",
+          postgresql_where=text(UNSENT), sqlite_where=text(UNSENT)),
+    Index("ix_jobs_queued_sent", "model", "priority", "sent_at",
+          postgresql_where=text(SENT), sqlite_where=text(SENT)),
+    Index("ix_jobs_queued_rows", "model", "priority", "rows",
+          postgresql_where=text(QUEUED), sqlite_where=text(QUEUED)),
+    Index("ix_jobs_owner_queued", "owner", "priority", "rows",
+          postgresql_where=text(QUEUED), sqlite_where=text(QUEUED)),
 )
 
 batches = Table(

@@ -1,8 +1,10 @@
 """Delivery: PostgreSQL is the queue of record; Redis holds a short window of it.
 
 One loop (in every worker process; with PostgreSQL only the holder of an advisory lock acts)
-keeps each lane's Redis list topped up from the database, oldest first, and repairs what the
-transport lost:
+keeps each lane's Redis list topped up from the database and repairs what the transport lost.
+Within a lane the API keys take turns (``worker.turns``), each key's jobs oldest first; the
+background lane's Redis list is kept to one message per live worker and one more, so a key's
+backlog puts at most that many of its jobs ahead of another key's:
   * a job queued in the database but never sent (the front door died, Redis was down, or a
     batch item waiting its turn) is sent when its lane has room;
   * a job the database says was sent whose id is not on its lane's Redis list (Redis
@@ -27,13 +29,18 @@ from sqlalchemy import text
 from infra.broker import Broker
 from infra.lanes import LANES
 from store import jobs
-from store.workers import DEAD_AFTER_SECONDS, forget_dead
+from store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
+from worker.turns import KeyTurns
 
 log = logging.getLogger("decide.delivery")
-TICK_SECONDS = 0.5
+TICK_SECONDS = 0.2
 LANE_WINDOW = 32
-"""Messages kept waiting in each lane's Redis list: enough to keep workers busy between ticks,
-few enough that Redis never holds a backlog."""
+"""Messages kept waiting in a foreground lane's Redis list: enough to keep workers busy
+between ticks, few enough that Redis never holds a backlog (the front door sends foreground
+jobs itself; this window only matters when it could not)."""
+BACKGROUND_EXTRA_MESSAGES = 1
+"""A background lane holds one message per live worker and this many more: few, because
+whatever is on the list is served before a newly arrived key's job."""
 REPAIR_EVERY_SECONDS = 2.0
 """How often lost messages and abandoned jobs are looked for (the rest of a tick is cheap)."""
 RESEND_GRACE_SECONDS = 3.0
@@ -55,6 +62,8 @@ class Delivery:
         self._thread = threading.Thread(target=self._loop, name="decide-delivery", daemon=True)
         self._lock_connection = None
         self._last_repair = -float("inf")
+        self._turns = {(model, priority): KeyTurns() for model in models for priority in LANES}
+        self._live_workers: dict[str, int] = {}
 
     def start(self) -> None:
         self._thread.start()
@@ -122,6 +131,7 @@ class Delivery:
             self._last_repair = now
             self._repair_abandoned()
             forget_dead(self._db, silent_for=10 * DEAD_AFTER_SECONDS)
+            self._live_workers = live_counts(self._db)
         if now - self._last_purge >= jobs.PURGE_EVERY_SECONDS:
             self._last_purge = now
             jobs.purge_finished_before(self._db, time.time() - self._retention_seconds)
@@ -153,10 +163,19 @@ class Delivery:
             if lost:
                 log.warning("%s %s: %d sent jobs are not on the broker; sending again",
                             model, priority, lost)
-        if in_redis > LANE_WINDOW // 2:
-            return  # plenty waiting: most ticks end here, with one Redis round trip
-        room = LANE_WINDOW - in_redis
-        job_ids = jobs.unsent_jobs(self._db, model=model, priority=priority, limit=room)
+        window = self._window(model, priority)
+        if in_redis >= window or (priority == LANES[0] and in_redis > window // 2):
+            return  # enough waiting: most ticks end here, with one Redis round trip
+        room = window - in_redis
+        waiting = jobs.unsent_by_owner(self._db, model=model, priority=priority,
+                                       per_owner=room)
+        job_ids = self._turns[(model, priority)].pick(waiting, room)
         for job_id in job_ids:
             self._broker.send(job_id, model, priority)
         jobs.mark_sent(self._db, job_ids)
+
+    def _window(self, model: str, priority: str) -> int:
+        """How many messages a lane's Redis list is topped up to."""
+        if priority == LANES[0]:
+            return LANE_WINDOW
+        return max(1, self._live_workers.get(model, 0)) + BACKGROUND_EXTRA_MESSAGES

@@ -1,8 +1,9 @@
 """The embedded worker: one thread in the API process that runs jobs, and a runner child process
 (``worker.runner``) that holds the models and decodes them.
 
-It is the embedded setup's transport (``JobQueue``): job ids go into an in-memory priority
-queue, foreground before background; everything else goes through ``worker.execute.run_job``
+It is the embedded setup's transport (``JobQueue``): job ids go into an in-memory line,
+foreground before background and the keys taking turns within a lane
+(``worker.fair_queue``); everything else goes through ``worker.execute.run_job``
 and the database, exactly as a Celery worker does. A crash in llama.cpp kills only the runner:
 the front door keeps answering, ``/ready`` says 503 until a new runner has loaded its model and
 passed its probe (which happens by itself), and the job that was running goes back to the queue
@@ -11,9 +12,7 @@ passed its probe (which happens by itself), and the job that was running goes ba
 
 from __future__ import annotations
 
-import itertools
 import logging
-import queue
 import threading
 import time
 
@@ -26,10 +25,10 @@ from infra.settings import Settings
 from store import jobs
 from store.workers import Heartbeat, new_worker_id
 from worker.execute import LEAVING, CancelledJobs, run_job
+from worker.fair_queue import FairQueue
 from worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
 
 log = logging.getLogger("decide.worker")
-_LANE_ORDER = {"foreground": 0, "background": 1}
 READY_POLL_SECONDS = 0.5
 RETRY_PAUSE_SECONDS = 0.5
 """How long a job that could not be run (its claim refused) waits before it is tried again."""
@@ -42,8 +41,7 @@ class EmbeddedWorker:
         self._catalog = catalog
         self._settings = settings
         self._events = events
-        self._queue: queue.PriorityQueue[tuple[int, int, str]] = queue.PriorityQueue()
-        self._order = itertools.count()
+        self._queue = FairQueue()
         self._runner = runner or Runner(settings, catalog.default)
         self._thread = threading.Thread(target=self._loop, name="decide-worker", daemon=True)
         self._stopping = threading.Event()
@@ -65,16 +63,17 @@ class EmbeddedWorker:
         for job_id in failed:
             log.error("job %s ended worker_crashed: the process running it died %d times",
                       job_id, self._settings.max_attempts)
-        for job_id, model, priority in jobs.queued_jobs(self._db):
-            self.send(job_id, model, priority)
+        for job_id, model, priority, owner in jobs.queued_jobs(self._db):
+            self.send(job_id, model, priority, owner)
         self._thread.start()
 
-    def send(self, job_id: str, model: str, priority: str) -> None:
-        self._queue.put((_LANE_ORDER.get(priority, 1), next(self._order), job_id))
+    def send(self, job_id: str, model: str, priority: str, owner: str = "") -> None:
+        self._queue.put(job_id, priority, owner)
 
-    def send_batch(self, job_ids: list[str], model: str, priority: str) -> None:
+    def send_batch(self, job_ids: list[str], model: str, priority: str,
+                   owner: str = "") -> None:
         for job_id in job_ids:
-            self.send(job_id, model, priority)
+            self._queue.put(job_id, priority, owner)
 
     def cancel(self, job_id: str) -> None:
         self.cancelled.add(job_id)
@@ -95,7 +94,7 @@ class EmbeddedWorker:
         """A job whose runner died (or was not ready) goes back in line."""
         job = jobs.get_job(self._db, job_id)
         if job is not None and job.status == jobs.QUEUED:
-            self.send(job_id, job.model, job.priority)
+            self.send(job_id, job.model, job.priority, job.owner)
 
     def _loop(self) -> None:
         last_purge = 0.0
@@ -110,13 +109,11 @@ class EmbeddedWorker:
                 was_ready = ready
             if not ready:
                 continue
-            try:
-                lane, _, job_id = self._queue.get(timeout=READY_POLL_SECONDS)
-            except queue.Empty:
-                continue
-            self._run(job_id, lane)
+            taken = self._queue.get(timeout=READY_POLL_SECONDS)
+            if taken is not None:
+                self._run(*taken)
 
-    def _run(self, job_id: str, lane: int, nested: bool = False) -> None:
+    def _run(self, priority: str, owner: str, job_id: str, nested: bool = False) -> None:
         try:
             run_job(job_id, db=self._db, engine_for=self._engine_for,
                     on_finished=self._events.publish, cancelled=self.cancelled,
@@ -131,7 +128,7 @@ class EmbeddedWorker:
             # a claim the database refused leaves the job queued: back in line, after a pause
             # (a job taken or finished meanwhile is skipped by its next claim)
             self._stopping.wait(RETRY_PAUSE_SECONDS)
-            self._queue.put((lane, next(self._order), job_id))
+            self._queue.put(job_id, priority, owner)
 
     def _purge(self, cutoff: float) -> None:
         try:
@@ -141,13 +138,8 @@ class EmbeddedWorker:
 
     def _serve_foreground_first(self) -> None:
         """Between background rows: decode every foreground job waiting meanwhile."""
-        while True:
-            with self._queue.mutex:
-                waiting = self._queue.queue
-                if not waiting or waiting[0][0] != _LANE_ORDER["foreground"]:
-                    return
-            lane, _, job_id = self._queue.get_nowait()
-            self._run(job_id, lane, nested=True)
+        while (taken := self._queue.take_foreground()) is not None:
+            self._run(*taken, nested=True)
 
     def stop(self) -> None:
         self._stopping.set()

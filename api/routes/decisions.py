@@ -71,7 +71,7 @@ async def system_one(request: Request, ctx: Context, owner: Owner) -> JSONRespon
     accepted = await run_in_threadpool(accept, ctx, owner=owner, body=body, priority=priority,
                                        sync_call=waits)
     job = accepted.job
-    headers = {"X-Job-Id": job.id}
+    headers = {"X-Job-Id": job.id, **(accepted.rate.headers() if accepted.rate else {})}
     if not waits:
         return JSONResponse(job_view(job), status_code=202,
                             headers={**headers, "Location": f"/v1/jobs/{job.id}"})

@@ -41,10 +41,13 @@ def _database_answers(ctx: Context) -> tuple[bool, str]:
 
 
 @router.get("/v1/status")
-def status(ctx: Context, _: Owner) -> dict[str, Any]:
-    """Lanes, depths, ages, throughput and workers per model (``decide status``)."""
-    return {"object": "status",
-            "models": lane_status(ctx.db, list(ctx.catalog.models), ctx.catalog.default)}
+def status(ctx: Context, owner: Owner) -> dict[str, Any]:
+    """Lanes, depths, ages, throughput and workers per model (``decide status``): the
+    caller's own jobs, or every key's for an admin key (``DECIDE_ADMIN_KEYS``)."""
+    everyone = ctx.auth.sees_everyone(owner)
+    return {"object": "status", "scope": "all" if everyone else "own",
+            "models": lane_status(ctx.db, list(ctx.catalog.models), ctx.catalog.default,
+                                  owner=None if everyone else owner)}
 
 
 @router.get("/metrics")

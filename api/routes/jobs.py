@@ -39,8 +39,9 @@ async def submit_job(request: Request, ctx: Context, owner: Owner,
                                        priority=priority, metadata=metadata,
                                        idempotency_key=idempotency_key)
     job = accepted.job
+    rate = accepted.rate.headers() if accepted.rate else {}
     return JSONResponse(job_view(job), status_code=202 if accepted.created else 200,
-                        headers={"Location": f"/v1/jobs/{job.id}", "X-Job-Id": job.id})
+                        headers={"Location": f"/v1/jobs/{job.id}", "X-Job-Id": job.id, **rate})
 
 
 @router.get("/v1/jobs/{job_id}", responses=responses({200: JobSchema}))
@@ -49,7 +50,7 @@ async def read_job(job_id: str, ctx: Context, owner: Owner,
                    ) -> dict[str, Any]:
     job = await run_in_threadpool(owned_job, ctx, job_id, owner)
     if wait and not job.finished:
-        job = await wait_finished(ctx, job_id, owner, wait) or job
+        job = await wait_finished(ctx, job_id, owner, wait, read_before=job) or job
     return job_view(job)
 
 
@@ -60,8 +61,10 @@ async def cancel_job(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
     if job is not None and job.status == jobs.RUNNING:
         await run_in_threadpool(ctx.queue.cancel, job_id)
     elif job is not None and before.status == jobs.QUEUED and job.status == jobs.CANCELLED:
-        # cancelled before any worker saw it: counted here (a running one, by its worker)
+        # cancelled before any worker saw it: counted and announced here (a running one, by
+        # its worker), so this front door's waiters on it answer now
         metrics.jobs_finished.labels(job.model, job.priority, jobs.CANCELLED).inc()
+        ctx.events.publish(job_id)
     return job_view(job or await run_in_threadpool(owned_job, ctx, job_id, owner))
 
 

@@ -66,3 +66,15 @@ def test_the_compose_file_validates():
     assert {"postgres", "redis", "migrate", "api", "worker", "prometheus",
             "grafana"} <= set(services)
     assert "healthcheck" in services["postgres"] and "healthcheck" in services["redis"]
+
+
+def test_the_compose_stack_starts_with_keys_on_and_opens_only_loopback():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert services["keys"]["command"] == ["decide", "keys", "ensure", "/keys/api_keys"]
+    assert services["api"]["depends_on"]["keys"] == {
+        "condition": "service_completed_successfully"}
+    assert services["api"]["environment"]["DECIDE_API_KEYS_FILE"] == "/keys/api_keys"
+    assert "api-keys:/keys:ro" in services["api"]["volumes"]
+    published = [port for service in services.values() for port in service.get("ports", [])]
+    assert published and all(port.startswith("127.0.0.1:") for port in published), published

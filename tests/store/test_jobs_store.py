@@ -112,7 +112,7 @@ def test_lists_lanes_and_retention(db):
     ids = [new(db, priority=p)[0].id for p in ("background", "foreground", "background")]
     assert [job.id for job in jobs.list_jobs(db, owner="alice", status=None, limit=10,
                                              after=None)] == ids[::-1]
-    assert [job_id for job_id, _, _ in jobs.queued_jobs(db)] == [ids[1], ids[0], ids[2]]
+    assert [job_id for job_id, *_ in jobs.queued_jobs(db)] == [ids[1], ids[0], ids[2]]
     assert jobs.queued_rows(db, model="m", priority="background") == 2
     jobs.claim_job(db, ids[0])
     assert jobs.requeue_running(db, max_attempts=3) == (1, [])
@@ -182,7 +182,7 @@ def test_migrate_says_what_it_applied(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DECIDE_DATABASE_URL", f"sqlite:///{tmp_path / 'fresh.db'}")
     assert main(["migrate"]) == 0
     first = capsys.readouterr().out
-    assert first.startswith("applied 3 migrations to ") and "0001" in first
+    assert first.startswith("applied 4 migrations to ") and "0004" in first
     assert main(["migrate"]) == 0
     assert capsys.readouterr().out.startswith("nothing to apply: ")
 

@@ -218,3 +218,22 @@ def test_a_prior_row_longer_than_the_window_is_refused_before_decoding():
     assert max(plan_rows.row_tokens(row) for row in plan_rows.rows) == 1 + 24 + 4
     with pytest.raises(RequestTooLarge, match="30 tokens"):
         engine.plan(request)
+
+
+def test_the_prior_cache_is_bounded_in_bytes_whatever_its_entry_count():
+    from decide.priors import FLOAT_BYTES, KEY_BYTES
+    from decide.rows import Row
+
+    class Reader:
+        def read(self, prefix, rows, before_row=None):
+            return [[-0.25] * row.continuation for row in rows]
+
+    entry = KEY_BYTES + FLOAT_BYTES * 1000
+    cache = PriorCache(capacity=4096, max_bytes=3 * entry)
+    rows = [Row(f"o{i}", "long", (i,), continuation=1000) for i in range(10)]
+    cache.read(Reader(), (1,), rows)
+    assert cache.kept_bytes() == 3 * entry
+    assert cache.read(Reader(), (1,), rows[-1:]) == [[-0.25] * 1000]  # the latest are kept
+    assert cache.rows_read == 10
+    cache.read(Reader(), (1,), rows[:1])  # the oldest was dropped: read again
+    assert cache.rows_read == 11 and cache.kept_bytes() == 3 * entry

@@ -1,0 +1,99 @@
+"""The store's reads for fair lanes and cheap polling (issue 14), on SQLite and PostgreSQL:
+each key's unsent jobs for the feeder, the key and lane sums, summaries without requests, and
+(on PostgreSQL) partial indexes those reads can use."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from store import batches, jobs
+
+
+def queue(db, owner: str, count: int, *, priority: str = "background", rows: int = 1,
+          request: dict | None = None) -> list[str]:
+    made = []
+    for _ in range(count):
+        job, _ = jobs.create_job(db, owner=owner, model="m", priority=priority,
+                                 request=request or {"state": "s", "questions": {}},
+                                 metadata=None, rows=rows, input_tokens=1)
+        made.append(job.id)
+    return made
+
+
+def test_unsent_jobs_come_by_owner_oldest_first_at_most_n_each(db):
+    a = queue(db, "key-a", 5)
+    b = queue(db, "key-b", 2)
+    jobs.mark_sent(db, a[:1])
+    waiting = jobs.unsent_by_owner(db, model="m", priority="background", per_owner=3)
+    assert waiting == {"key-a": a[1:4], "key-b": b}
+    assert jobs.unsent_by_owner(db, model="m", priority="foreground", per_owner=3) == {}
+
+
+def test_a_keys_queued_rows_by_lane_and_a_lanes_sum(db):
+    queue(db, "key-a", 3, rows=4)
+    queue(db, "key-a", 1, priority="foreground", rows=10)
+    done = queue(db, "key-a", 1, rows=100)
+    claimed = jobs.claim_job(db, done[0])
+    assert claimed is not None
+    queue(db, "key-b", 2, rows=7)
+    assert jobs.owner_queued_rows(db, owner="key-a") == {"background": 12, "foreground": 10}
+    assert jobs.owner_queued_rows(db, owner="nobody") == {}
+    assert jobs.queued_rows(db, model="m", priority="background") == 12 + 14
+
+
+def test_reads_for_callers_leave_the_request_out(db):
+    big = {"state": "x" * 100_000, "questions": {}}
+    [job_id] = queue(db, "key-a", 1, request=big)
+    assert jobs.get_job(db, job_id).request is None
+    assert all(job.request is None for job in jobs.list_jobs(db, owner="key-a", status=None,
+                                                             limit=10, after=None))
+    assert jobs.get_job(db, job_id, with_request=True).request == big
+    claimed = jobs.claim_job(db, job_id)  # a worker's claim reads it
+    assert claimed is not None and claimed.request == big
+
+
+def test_batch_items_are_unsent_until_fed(db):
+    _, ids = batches.create_batch(db, owner="key-a", model="m", priority="background",
+                                  questions={}, metadata=None,
+                                  items=[(f"c{i}", f"s{i}") for i in range(4)], rows_per_item=1)
+    assert jobs.unsent_by_owner(db, model="m", priority="background",
+                                per_owner=10) == {"key-a": ids}
+
+
+READS = {
+    "ix_jobs_unsent": "SELECT id FROM jobs WHERE status = 'queued' AND sent_at IS NULL "
+                      "AND model = 'm' AND priority = 'background' ORDER BY owner, created_at",
+    "ix_jobs_queued_sent": "SELECT id FROM jobs WHERE status = 'queued' AND model = 'm' AND "
+                           "priority = 'background' AND sent_at < 1e12",
+    "ix_jobs_queued_rows": "SELECT sum(rows) FROM jobs WHERE status = 'queued' AND "
+                           "model = 'm' AND priority = 'background'",
+    "ix_jobs_owner_queued": "SELECT priority, sum(rows) FROM jobs WHERE owner = 'key-a' AND "
+                            "status = 'queued' GROUP BY priority",
+}
+
+
+PARTIAL = tuple(READS)
+
+
+@pytest.mark.parametrize("index", sorted(READS))
+def test_each_lane_read_is_served_by_a_partial_index_of_queued_jobs(postgres_url, index):
+    """Not the table: the planner may pick another of the queued-only indexes where the data
+    makes it as cheap, but never a scan over every job ever kept."""
+    from store.db import make_engine
+    from store.migrate import upgrade
+
+    upgrade(postgres_url)
+    engine = make_engine(postgres_url)
+    try:
+        for owner, model in (("key-a", "m"), ("key-b", "m"), ("key-a", "m2"), ("key-c", "m2")):
+            batches.create_batch(engine, owner=owner, model=model, priority="background",
+                                 questions={}, metadata=None, rows_per_item=1,
+                                 items=[(f"c{i}", "s") for i in range(500)])
+        with engine.connect() as connection:
+            connection.execute(text("ANALYZE jobs"))
+            connection.execute(text("SET enable_seqscan = off"))
+            plan = "\n".join(connection.execute(text(f"EXPLAIN {READS[index]}")).scalars())
+        assert "Seq Scan" not in plan and any(name in plan for name in PARTIAL), plan
+    finally:
+        engine.dispose()
