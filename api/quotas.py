@@ -97,7 +97,7 @@ class Quotas:
         except Exception as error:  # a Redis restart must not refuse every request
             log.warning("the per-minute quota is not checked: %s", error)
             return None
-        reset = max(1, math.ceil(stats.reset_time - time.time()))
+        reset = max(1, min(60, math.ceil(stats.reset_time - time.time())))
         state = RateState(limit=self._per_minute.amount, remaining=max(0, stats.remaining),
                           reset_seconds=reset)
         if not admitted:

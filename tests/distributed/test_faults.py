@@ -16,12 +16,12 @@ from tests.slow_work import distinct_nouls
 
 pytestmark = pytest.mark.model
 
-LANE = "decide.gemma-3-270m.background"
+FOREGROUND_LANE = "decide.gemma-3-270m.foreground"
 
 
-def submit(client, state: str, questions: dict) -> str:
+def submit(client, state: str, questions: dict, priority: str = "background") -> str:
     response = client.post("/v1/jobs", json={"state": state, "questions": questions,
-                                             "priority": "background"})
+                                             "priority": priority})
     assert response.status_code == 202, response.text
     return response.json()["id"]
 
@@ -42,13 +42,16 @@ def test_redis_restarted_empty_with_one_busy_worker_and_one_waiting_job(cluster)
         worker = cluster.workers[0]
         worker.send_signal(signal.SIGSTOP)  # held mid-job, so the next message stays queued
         try:
+            # foreground: the front door sends it itself (a background job waits for the
+            # delivery loop, which runs in the worker held here)
             waiting = submit(client, "Where is my parcel?",
-                             {"late": {"type": "noul", "instructions": "Is the parcel late?"}})
-            wait_until(lambda: cluster.redis.llen(LANE) == 1, 10,
+                             {"late": {"type": "noul", "instructions": "Is the parcel late?"}},
+                             priority="foreground")
+            wait_until(lambda: cluster.redis.llen(FOREGROUND_LANE) == 1, 10,
                        "the waiting job's message never reached its lane")
             cluster.own_redis.stop()  # everything Redis held is gone
             cluster.own_redis.start()
-            assert cluster.redis.llen(LANE) == 0
+            assert cluster.redis.llen(FOREGROUND_LANE) == 0
         finally:
             worker.send_signal(signal.SIGCONT)  # back within its heartbeat limit: still alive
         for job_id in (busy, waiting):

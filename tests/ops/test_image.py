@@ -76,7 +76,7 @@ def test_every_service_of_ours_builds_its_image_and_restarts():
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     ours = {name: service for name, service in services.items()
             if str(service.get("image", "")).startswith("decide:")}
-    assert set(ours) == {"migrate", "api", "worker"}
+    assert set(ours) == {"migrate", "keys", "api", "worker"}
     for name, service in ours.items():
         assert service["build"] == {"context": ".", "dockerfile": "ops/Dockerfile",
                                     "target": "cpu"}, name
