@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.body import read_json
-from api.errors import invalid
+from api.errors import invalid, not_found
 from api.routes.deps import Context, Owner
 from api.schemas import JobList, JobRequest, JobSchema, request_body, responses
 from api.submit import accept, checked_metadata, checked_priority, owned_job
@@ -48,9 +48,12 @@ async def submit_job(request: Request, ctx: Context, owner: Owner,
 async def read_job(job_id: str, ctx: Context, owner: Owner,
                    wait: Annotated[float | None, Query(ge=0, le=MAX_WAIT_SECONDS)] = None
                    ) -> dict[str, Any]:
-    job = await run_in_threadpool(owned_job, ctx, job_id, owner)
-    if wait and not job.finished:
-        job = await wait_finished(ctx, job_id, owner, wait, read_before=job) or job
+    if not wait:
+        return job_view(await run_in_threadpool(owned_job, ctx, job_id, owner))
+    # the wait's own first read tells whether the job is ours: one read, not two
+    job = await wait_finished(ctx, job_id, owner, wait)
+    if job is None:
+        raise not_found(f"no job {job_id!r}")
     return job_view(job)
 
 
