@@ -47,6 +47,10 @@ RESEND_GRACE_SECONDS = 3.0
 _LOCK_KEY = 0x6465636964  # "decid"
 LEADER_SILENCE_SECONDS = 20.0
 """A delivery leader whose lock session stays idle this long loses the lock to another."""
+LOCK_TOUCH_SECONDS = 1.0
+"""A leader touches its lock's session before a tick when it has not for this long: far
+below the silence that loses the lock, so a leader back from a freeze long enough to lose
+it always finds out before it acts."""
 
 
 class Delivery:
@@ -61,6 +65,7 @@ class Delivery:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="decide-delivery", daemon=True)
         self._lock_connection = None
+        self._lock_touched = -float("inf")
         self._last_repair = -float("inf")
         self._turns = {(model, priority): KeyTurns() for model in models for priority in LANES}
         self._live_workers: dict[str, int] = {}
@@ -85,16 +90,19 @@ class Delivery:
     def _leading(self) -> bool:
         """With PostgreSQL, one delivery loop acts at a time (a session advisory lock).
 
-        The lock's session is touched before every tick, and PostgreSQL ends it once it has
-        been idle for LEADER_SILENCE_SECONDS: a leader that hangs, is frozen (SIGSTOP) or cut
-        off loses the lock within that time and another worker's loop takes over; a leader
-        that comes back finds its session gone before it acts again."""
+        The lock's session is touched before a tick (at most once a second), and PostgreSQL
+        ends it once it has been idle for LEADER_SILENCE_SECONDS: a leader that hangs, is
+        frozen (SIGSTOP) or cut off loses the lock within that time and another worker's loop
+        takes over; a leader that comes back finds its session gone before it acts again."""
         if self._db.dialect.name != "postgresql":
             return True
         if self._lock_connection is not None:
+            if time.monotonic() - self._lock_touched < LOCK_TOUCH_SECONDS:
+                return True  # touched a moment ago: any silence long enough to lose it is not
             try:
                 self._lock_connection.execute(text("SELECT 1"))
                 self._lock_connection.commit()
+                self._lock_touched = time.monotonic()
                 return True
             except Exception as error:  # the session ended: the lock went with it
                 log.warning("delivery lost its lock's session (%s)", type(error).__name__)
@@ -110,6 +118,7 @@ class Delivery:
         connection.execute(text(f"SET idle_session_timeout = {silence_ms}"))
         connection.commit()
         self._lock_connection = connection
+        self._lock_touched = time.monotonic()
         return True
 
     def _drop_lock(self) -> None:
