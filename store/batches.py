@@ -22,7 +22,8 @@ class BatchRecord:
     owner: str
     model: str
     priority: str
-    questions: dict[str, Any]
+    questions: dict[str, Any] | None
+    """The batch's question set; None where it was not read (``SUMMARY_COLUMNS``)."""
     metadata: dict[str, Any] | None
     total: int
     cancel_requested: bool
@@ -39,9 +40,15 @@ class Progress:
         return sum(self.counts.get(status, 0) for status in FINISHED)
 
 
+SUMMARY_COLUMNS = tuple(column for column in batches.c if column.name != "questions")
+"""Every column but the question set, which can be megabytes: what a batch's view and the
+list of batches read (workers read the questions, once per batch: ``store.jobs``)."""
+
+
 def _record(row: Any) -> BatchRecord:
     values = dict(row._mapping)
-    values["questions"] = json.loads(values["questions"])
+    questions = values.get("questions")
+    values["questions"] = None if questions is None else json.loads(questions)
     values["metadata"] = None if values["metadata"] is None else json.loads(values["metadata"])
     values["cancel_requested"] = bool(values["cancel_requested"])
     return BatchRecord(**values)
@@ -81,13 +88,13 @@ def create_batch(db: Engine, *, owner: str, model: str, priority: str,
 
 def get_batch(db: Engine, batch_id: str, owner: str) -> BatchRecord | None:
     with db.connect() as connection:
-        row = connection.execute(select(batches).where(
+        row = connection.execute(select(*SUMMARY_COLUMNS).where(
             batches.c.id == batch_id, batches.c.owner == owner)).first()
     return None if row is None else _record(row)
 
 
 def list_batches(db: Engine, *, owner: str, limit: int, after: str | None) -> list[BatchRecord]:
-    query = select(batches).where(batches.c.owner == owner)
+    query = select(*SUMMARY_COLUMNS).where(batches.c.owner == owner)
     if after is not None:
         query = query.where(batches.c.id < after)
     with db.connect() as connection:

@@ -97,3 +97,15 @@ def test_each_lane_read_is_served_by_a_partial_index_of_queued_jobs(postgres_url
         assert "Seq Scan" not in plan and any(name in plan for name in PARTIAL), plan
     finally:
         engine.dispose()
+
+
+def test_batch_reads_for_callers_leave_the_question_set_out(db):
+    questions = {f"q{i}": {"type": "noul", "instructions": "x" * 1000} for i in range(100)}
+    batch, [item] = batches.create_batch(db, owner="key-a", model="m", priority="background",
+                                         questions=questions, metadata={"m": 1},
+                                         items=[("c", "s")], rows_per_item=1)
+    assert batch.questions is None and batch.metadata == {"m": 1}
+    assert batches.get_batch(db, batch.id, "key-a").questions is None
+    assert [listed.id for listed in batches.list_batches(db, owner="key-a", limit=5,
+                                                         after=None)] == [batch.id]
+    assert jobs.full_request(db, jobs.claim_job(db, item))["questions"] == questions
