@@ -22,7 +22,7 @@ def create_app(context: ApiContext) -> FastAPI:
     for module in (decisions, jobs, batches, usage, models, health):
         app.include_router(module.router)
     app.add_middleware(MeasuredRequests)
-    install_schemas(app)
+    install_schemas(app, sorted(context.catalog.models))
     return app
 
 

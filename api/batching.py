@@ -17,7 +17,7 @@ from decide.engine import Engine, row_count
 from decide.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.protocol import BLANK_STATE, DecisionRequest, is_blank_state, parse_request
 from decide.questions import json_kind
-from decide.render import state_text
+from decide.render import render_state
 from decide.rows import CONTEXT_HEAD
 from infra import metrics
 from store import batches
@@ -104,6 +104,30 @@ def _item_problem(item: Any, seen: set[str]) -> tuple[tuple[str, ...], str] | No
     return None
 
 
+class _Past(Exception):
+    """The rendering went past the bytes asked about."""
+
+
+def _renders_within(state: Any, limit: int) -> bool:
+    """Whether the state renders to at most ``limit`` bytes; the rendering stops as soon as
+    it passes them, so a 30 MB item is not written out whole to learn that it is long."""
+    if limit < 0:
+        return False
+    seen = 0
+
+    def count(chunk: str) -> None:
+        nonlocal seen
+        seen += len(chunk.encode())
+        if seen > limit:
+            raise _Past
+
+    try:
+        render_state(state, count)
+    except _Past:
+        return False
+    return True
+
+
 def _check_items(engine: Engine, template: DecisionRequest,
                  items: list[tuple[str, Any]]) -> None:
     plan = engine.plan(template)
@@ -112,10 +136,12 @@ def _check_items(engine: Engine, template: DecisionRequest,
         len(plan.prior_prefix) + len(row.suffix) for row in plan.prior_rows)
     row_limit = min(engine.limits.max_row_tokens, engine.context_window)
     rows = len(plan.rows)
+    # the most bytes a state may render to and surely fit, a token being at least one byte
+    safe_bytes = min(row_limit - longest_suffix,
+                     (engine.limits.max_request_row_tokens - suffix_total) // rows)
+    safe_bytes -= len(CONTEXT_HEAD.encode()) + BOUND_SLACK
     for custom_id, state in items:
-        bound = len((CONTEXT_HEAD + state_text(state)).encode()) + BOUND_SLACK
-        if (bound + longest_suffix <= row_limit and
-                bound * rows + suffix_total <= engine.limits.max_request_row_tokens):
+        if _renders_within(state, safe_bytes):
             continue
         try:
             engine.plan(DecisionRequest(state=state, questions=template.questions,

@@ -18,7 +18,13 @@ from pydantic.json_schema import models_json_schema
 
 Text = str | dict[str, Any] | list[Any]
 """Instructions and descriptions: a string, or JSON rendered as compact text."""
+NonEmpty = Annotated[str, Field(min_length=1)]
+Instructions = NonEmpty | dict[str, Any] | list[Any]
+"""Text that must say something: an empty string is refused (an object or array never is)."""
+State = Annotated[str, Field(pattern=r"\S")] | dict[str, Any] | list[Any]
+"""The state: a string with something besides whitespace, an object or an array."""
 Priority = Literal["foreground", "background"]
+OPTIONS = {"min_length": 2, "max_length": 255}
 
 
 class _Open(BaseModel):
@@ -27,17 +33,33 @@ class _Open(BaseModel):
 
 class ChoiceQuestionSchema(_Open):
     type: Literal["choice"]
-    instructions: Text
-    criteria: dict[str, Text | None] | list[str] = Field(
-        description="2 to 255 distinct options: {name: description or null}, or names")
+    instructions: Instructions
+    criteria: (Annotated[dict[NonEmpty, Text | None], Field(**OPTIONS)]
+               | Annotated[list[NonEmpty], Field(**OPTIONS,
+                                                 json_schema_extra={"uniqueItems": True})]) = (
+        Field(description="2 to 255 distinct options: {name: description or null}, or names"))
 
 
-class NoulCriteriaSchema(_Open):
+class NoulCriteriaSchema(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     true: Text | None = Field(None, description="what counts as yes")
     false: Text | None = Field(None, description="what counts as no")
 
 
+def _present(field: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": [field], "properties": {field: schema}}
+
+
+_TEXT = [{"type": "string"}, {"type": "object"}, {"type": "array"}]
+NOUL_SAYS_SOMETHING = {"anyOf": [
+    _present("instructions", {"anyOf": [{"type": "string", "minLength": 1}, *_TEXT[1:]]}),
+    _present("criteria", {"type": "object", "anyOf": [_present("true", {"anyOf": _TEXT}),
+                                                      _present("false", {"anyOf": _TEXT})]})]}
+"""A noul asks something: its instructions, or criteria that describe yes or no."""
+
+
 class NoulQuestionSchema(_Open):
+    model_config = ConfigDict(extra="allow", json_schema_extra=NOUL_SAYS_SOMETHING)
     type: Literal["noul"]
     instructions: Text | None = Field(None, description="optional when criteria describe "
                                                         "yes or no")
@@ -46,7 +68,7 @@ class NoulQuestionSchema(_Open):
 
 class ScoreQuestionSchema(_Open):
     type: Literal["score"]
-    instructions: Text
+    instructions: Instructions
     criteria: list[Text] = Field(min_length=2, max_length=10,
                                  description="level descriptions, lowest first")
     isolated: bool | None = Field(None, description="ask level by level (default: the "
@@ -55,15 +77,17 @@ class ScoreQuestionSchema(_Open):
 
 Question = Annotated[ChoiceQuestionSchema | NoulQuestionSchema | ScoreQuestionSchema,
                      Field(discriminator="type")]
+Questions = Annotated[dict[NonEmpty, Question], Field(min_length=1,
+                                                      description="question id → question")]
 
 
 class SystemOneRequest(_Open):
     model: str | None = Field(None, description="a configured model; absent, null or jev-*: "
                                                 "the default")
-    state: Text = Field(description="what the questions are about: a non-blank string, an "
-                                    "object or an array")
-    questions: dict[str, Question] = Field(min_length=1, description="question id → question")
-    x_priority: Priority | None = Field(None, description="the lane (default foreground)")
+    state: State = Field(description="what the questions are about: a non-blank string, an "
+                                     "object or an array")
+    questions: Questions
+    x_priority: Priority = Field("foreground", description="the lane")
 
 
 class JobRequest(SystemOneRequest):
@@ -73,14 +97,15 @@ class JobRequest(SystemOneRequest):
 
 class BatchItemSchema(BaseModel):
     custom_id: str = Field(min_length=1, description="unique within the batch")
-    state: Text
+    state: State
 
 
 class BatchRequest(_Open):
     model: str | None = None
-    questions: dict[str, Question] = Field(min_length=1)
+    questions: Questions
     items: list[BatchItemSchema] = Field(min_length=1, max_length=100_000)
-    priority: Priority = "background"
+    priority: Literal["background"] = Field("background", description="batches run in the "
+                                                                      "background lane")
     metadata: dict[str, Any] | None = None
 
 
@@ -234,8 +259,18 @@ def responses(successes: dict[int, type[BaseModel]]) -> dict[int | str, dict[str
     return described
 
 
-def install_schemas(app: FastAPI) -> None:
-    """Generate the document with the request models among its components."""
+def model_property(names: list[str]) -> dict[str, Any]:
+    """The ``model`` field as this server takes it: a configured name, a ``jev-`` alias of the
+    default, or null; any other name is a 404 naming the configured ones."""
+    return {"anyOf": [{"type": "string", "enum": names},
+                      {"type": "string", "pattern": "^jev-"}, {"type": "null"}],
+            "default": None, "title": "Model",
+            "description": "a configured model; absent, null or jev-*: the default"}
+
+
+def install_schemas(app: FastAPI, model_names: list[str]) -> None:
+    """Generate the document with the request models among its components, their ``model``
+    fields naming the configured models."""
 
     def document() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -247,6 +282,8 @@ def install_schemas(app: FastAPI) -> None:
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             for name, definition in definitions.get("$defs", {}).items():
                 components.setdefault(name, definition)
+            for model in REQUEST_MODELS:
+                components[model.__name__]["properties"]["model"] = model_property(model_names)
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from decide.profile import OPTION_READOUT, Profile
 from decide.protocol import DecisionRequest
 from decide.questions import Question, ScoreQuestion
 from decide.readout import Answer, answer
+from decide.render import CHUNK_CHARS, render_state
 from decide.rows import Row, RowBuilder, RowPlan, is_isolated
 
 
@@ -83,6 +85,103 @@ def row_count(questions: Sequence[Question], profile: Profile) -> int:
                for q in questions)
 
 
+CUT_SLACK = 16
+"""Tokens one cut may cost a count made in chunks. A tokenizer merges neighbouring text, so
+cutting a text changes only the tokens next to the cut: the chunks' tokens, less this much per
+cut, are a lower bound of the whole's (measured on the embedded vocabulary: a cut costs at most
+a few tokens; ``tests/model/test_bounded_plans.py``)."""
+
+
+class TooLong(Exception):
+    """A text found certainly longer than a limit allows before its tokens were all built.
+
+    ``what``: ``"state"`` or ``"text"`` (over the row limit) or ``"request"`` (over the
+    request's row tokens); ``at_least``: the tokens counted when the count stopped."""
+
+    def __init__(self, what: str, at_least: int) -> None:
+        super().__init__(what, at_least)
+        self.what = what
+        self.at_least = at_least
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+def may_be_longer(text: str, limit: int) -> bool:
+    """Whether ``text`` can be more than ``limit`` tokens: a token is a byte or more, so only
+    a text of more than ``limit`` bytes can."""
+    if len(text) * 4 <= limit:
+        return False
+    return len(text) > limit or _utf8_size(text) > limit
+
+
+class ChunkCount:
+    """A lower bound of one text's tokens, fed in order a chunk at a time; raises ``TooLong``
+    as soon as it passes ``limit``. Chunks are tokenized only once the text has more bytes than
+    ``limit``, and each is dropped once counted, so counting costs a chunk's buffers."""
+
+    def __init__(self, tokenizer: Tokenizer, limit: int) -> None:
+        self._tokenizer = tokenizer
+        self._limit = limit
+        self._waiting: list[str] = []
+        self._bytes = 0
+        self._tokens = 0
+        self._chunks = 0
+
+    def __call__(self, chunk: str) -> None:
+        self._waiting.append(chunk)
+        if self._bytes <= self._limit:
+            self._bytes += _utf8_size(chunk)
+            if self._bytes <= self._limit:
+                return
+        for waiting in self._waiting:
+            self._tokens += len(self._tokenizer.tokenize(waiting))
+            self._chunks += 1
+        self._waiting.clear()
+        at_least = self._tokens - self._chunks * CUT_SLACK  # a cut per chunk, the head's too
+        if at_least > self._limit:
+            raise TooLong("text", at_least)
+
+
+class PlanTokens:
+    """One plan's tokenizer: refuses (``TooLong``) before a text's whole buffers are built.
+
+    Tokenizing allocates buffers of the text's length, so a text with more bytes than a row
+    may hold tokens is first counted in chunks (``ChunkCount``). Every text a row builder
+    tokenizes lands in at least one row, so the tokens handed out are a lower bound of the
+    request's row tokens too, and stop the plan once past that limit."""
+
+    def __init__(self, tokenizer: Tokenizer, row_limit: int, request_limit: int) -> None:
+        self._tokenizer = tokenizer
+        self._row_limit = row_limit
+        self._request_limit = request_limit
+        self._handed_out = 0
+
+    @property
+    def bos_id(self) -> int | None:
+        return self._tokenizer.bos_id
+
+    def meter(self) -> ChunkCount:
+        """A counter for one text fed in chunks (a state as it is rendered)."""
+        return ChunkCount(self._tokenizer, self._row_limit)
+
+    def refuse_if_longer(self, text: str) -> None:
+        """Raises ``TooLong`` when ``text`` is certainly more tokens than a row may hold."""
+        if may_be_longer(text, self._row_limit):
+            count = self.meter()
+            for start in range(0, len(text), CHUNK_CHARS):
+                count(text[start:start + CHUNK_CHARS])
+
+    def tokenize(self, text: str) -> list[int]:
+        self.refuse_if_longer(text)
+        tokens = self._tokenizer.tokenize(text)
+        self._handed_out += len(tokens)
+        if self._handed_out > self._request_limit:
+            raise TooLong("request", self._handed_out)
+        return tokens
+
+
 class Engine:
     """Decisions for one model: its name, vocabulary, profile, context window and reader."""
 
@@ -93,31 +192,82 @@ class Engine:
         self.context_window = context_window
         self.limits = limits or Limits()
         self._reader = reader
+        self._tokenizer = tokenizer
         if profile.readout == OPTION_READOUT:
             self._rows: RowBuilder | OptionRowBuilder = OptionRowBuilder(tokenizer)
         else:
             self._rows = RowBuilder(tokenizer, pick_labels(tokenizer, model_name), profile)
         self._priors = PriorCache()
 
+    @property
+    def row_limit(self) -> int:
+        """The most tokens one row may hold: the row limit or the context window."""
+        return min(self.limits.max_row_tokens, self.context_window)
+
     def plan(self, request: DecisionRequest) -> RowPlan:
-        """Rows and tokens of a request; raises ``RequestTooLarge`` over any limit."""
+        """Rows and tokens of a request; raises ``RequestTooLarge`` over any limit, found
+        before the state is all rendered or a text all tokenized when it is far over."""
         rows = row_count(request.questions, self.profile)
         if rows > self.limits.max_rows:
             raise RequestTooLarge(
                 f"the request needs {rows:,} rows and at most {self.limits.max_rows:,} are "
                 f"allowed ({ROWS_RULE[self.profile.readout]})")
-        plan = self._rows.plan(request.state, request.questions)
+        tokens = PlanTokens(self._tokenizer, self.row_limit, self.limits.max_request_row_tokens)
+        try:
+            text = self._state_text(request.state, tokens)
+            plan = self._builder(tokens).plan(text, request.questions)
+        except TooLong as long:
+            raise RequestTooLarge(self._too_long(long, request.questions)) from None
         self._check_tokens(plan)
         return plan
 
+    @staticmethod
+    def _state_text(state: Any, tokens: PlanTokens) -> str:
+        """The rendered state, stopped once certainly longer than a row (a string state is
+        already whole; its tokenization is bounded by ``PlanTokens``)."""
+        if isinstance(state, str):
+            return state
+        try:
+            return render_state(state, tokens.meter())
+        except TooLong as long:
+            raise TooLong("state", long.at_least) from None
+
+    def _builder(self, tokens: PlanTokens) -> RowBuilder | OptionRowBuilder:
+        """The row builder over one plan's tokens (a rendered state is a string state)."""
+        if isinstance(self._rows, RowBuilder):
+            return self._rows.with_tokenizer(tokens, tokens.refuse_if_longer)
+        return OptionRowBuilder(tokens)
+
+    def _row_rule(self) -> str:
+        return (f"a row may have at most {self.row_limit:,} (model {self.model_name!r} has a "
+                f"context window of {self.context_window:,} tokens)")
+
+    def _too_long(self, long: TooLong, questions: Sequence[Question]) -> str:
+        if long.what == "request":
+            limit = self.limits.max_request_row_tokens
+            return (f"the request's rows hold more than {limit:,} tokens in all (the state "
+                    f"counted in every row) and at most {limit:,} are allowed")
+        culprit = self._culprit(questions) if long.what == "text" else None
+        where = "the state" if culprit is None else f"the row of question {culprit!r}"
+        return (f"{where} is over {self.row_limit:,} tokens ({long.at_least:,} or more, "
+                f"counted before it was all built); {self._row_rule()}")
+
+    def _culprit(self, questions: Sequence[Question]) -> str | None:
+        """The first question with a row certainly too long (None: it was the state)."""
+        builder = self._builder(PlanTokens(self._tokenizer, self.row_limit, sys.maxsize))
+        for question in questions:
+            try:
+                builder.rows_for(question)
+            except TooLong:
+                return question.id
+        return None
+
     def _check_tokens(self, plan: RowPlan) -> None:
         longest, length = max(plan.row_lengths(), key=lambda pair: pair[1])
-        if length > self.limits.max_row_tokens or length > self.context_window:
+        if length > self.row_limit:
             raise RequestTooLarge(
-                f"the row of question {longest.question_id!r} is {length:,} tokens; a row may "
-                f"have at most {min(self.limits.max_row_tokens, self.context_window):,} "
-                f"(model {self.model_name!r} has a context window of "
-                f"{self.context_window:,} tokens)")
+                f"the row of question {longest.question_id!r} is {length:,} tokens; "
+                f"{self._row_rule()}")
         total = plan.row_token_total
         if total > self.limits.max_request_row_tokens:
             raise RequestTooLarge(

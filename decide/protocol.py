@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,12 +37,16 @@ def plain_json_problem(value: Any) -> str | None:
 
     JSON parsers let through what UTF-8 and our renderers cannot: unpaired surrogates
     (``"\\ud800"``), non-finite numbers (``1e999``) and nesting deep enough to exhaust
-    recursion. Walked iteratively, so depth itself cannot hurt.
+    recursion. Walked iteratively with one iterator per open container, so neither depth nor a
+    million-element array costs more than the path to the current value.
     """
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_DEPTH:
+    path: list[Iterator[Any]] = [iter((value,))]
+    while path:
+        item = next(path[-1], _DONE)
+        if item is _DONE:
+            path.pop()
+            continue
+        if len(path) > MAX_DEPTH:
             return f"the body nests deeper than {MAX_DEPTH} levels"
         if isinstance(item, str):
             if not item.isascii() and not _encodable(item):
@@ -49,11 +55,13 @@ def plain_json_problem(value: Any) -> str | None:
             if not math.isfinite(item):
                 return "the body holds a number too large to represent"
         elif isinstance(item, dict):
-            stack.extend((key, depth + 1) for key in item)
-            stack.extend((child, depth + 1) for child in item.values())
+            path.append(itertools.chain(item.keys(), item.values()))
         elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
+            path.append(iter(item))
     return None
+
+
+_DONE = object()
 
 
 def _encodable(text: str) -> bool:

@@ -7,7 +7,9 @@ row's own. The engine decodes the prefix once and each suffix on its own copy of
 
 from __future__ import annotations
 
+import copy
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from decide.labels import Labels, Tokenizer
@@ -140,6 +142,16 @@ class RowBuilder:
         self._profile = profile
         self._open_label = tuple(tokenizer.tokenize("\n("))
         self._slot = tuple(tokenizer.tokenize(ANSWER_SLOT))
+        self._guard: Callable[[str], None] = _no_guard
+
+    def with_tokenizer(self, tokenizer: Tokenizer, guard: Callable[[str], None]) -> RowBuilder:
+        """This builder over another view of its tokenizer (one plan's, which refuses a text
+        far over a limit before tokenizing it all). ``guard`` sees a spliced row's whole text
+        before its pieces are tokenized, since no one piece need be too long."""
+        builder = copy.copy(self)
+        builder._tokenizer = tokenizer
+        builder._guard = guard
+        return builder
 
     def plan(self, state: object, questions: tuple[Question, ...]) -> RowPlan:
         text = state_text(state)
@@ -165,6 +177,7 @@ class RowBuilder:
         if len(options) <= WHOLE_PIECE_MAX_OPTIONS:
             suffix = tuple(self._tokenizer.tokenize(text))
         else:
+            self._guard(text)
             suffix = self._spliced(head, options)
         return Row(question_id=question_id, suffix_text=text, suffix=suffix,
                    label_ids=self._labels.ids[:len(options)], level=level)
@@ -178,3 +191,7 @@ class RowBuilder:
             tokens += self._tokenizer.tokenize(f") {option}")
         tokens += self._slot
         return tuple(tokens)
+
+
+def _no_guard(text: str) -> None:
+    """A row builder's own tokenizer is trusted with any text."""
