@@ -2,112 +2,279 @@
 reproducible decoding plan.
 
 Plan (SPEC §3.7): the state prefix is decoded once into the KV cache, in fixed chunks from
-position 0; each label row's suffix is then decoded alone on top of it, its label logits are
-copied out, and the suffix is removed from the cache again. An option row's question piece is
-decoded alone on top of the prefix (and kept for the next option of the same question), then
-the option's own tokens alone on top of the piece. A row's numbers therefore depend only on
-(prefix, row): never on the other rows of the request, their order, or earlier requests.
-The prefix stays cached after a request, so a request over the same state skips it.
+position 0, alone; a request over the same state skips it.
 
-The sliding-window layers of models such as Gemma 3 keep a full-size cache (``swa_full``):
-a pruned window could not be rewound to the end of the prefix.
+* Label rows: each row's suffix is decoded alone on top of the prefix, its label logits are
+  copied out, and the suffix is removed from the cache again.
+* Option rows (on CPU): packed, as ``worker.packing`` describes. A round of rows decodes each
+  question piece once and its options as a trie (each distinct proper prefix of an option
+  once), in sequences copied from the prefix's, in batches of at most 48 tokens that follow a
+  batching rule under which llama.cpp computes every token the same way whatever else its
+  batch holds; the logits are read at each piece's last token and at each trie token, and the
+  round's sequences are removed again.
+* Option rows on a GPU (the rule is the CPU backend's): each question piece is decoded alone
+  on top of the prefix (and kept for the next option of the same question), then each option's
+  own tokens alone on top of the piece.
+
+A row's numbers therefore depend only on (prefix, row): never on the other rows of the request,
+their order, or earlier requests.
+
+Label rows and packed option rows use two llama.cpp contexts, each made on first use (a model
+serves one readout, so it holds one): packing needs flash attention and many sequences, while
+label rows are faster without flash attention on CPU (BENCHMARKS.md). The sliding-window layers
+of models such as Gemma 3 keep a full-size cache (``swa_full``): a pruned window could not be
+rewound to the end of the prefix.
 """
 
 from __future__ import annotations
 
 import math
+import platform
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import llama_cpp
 import numpy as np
 
 from decide.rows import Row
 from infra.gguf import GgufModel
+from worker.packing import (
+    GROUP,
+    Rows,
+    batches,
+    output_rows_grouped,
+    round_items,
+    rounds,
+    split_row,
+)
 from worker.threads import default_threads
 
 DEFAULT_BATCH = 512
+OPTION_SEQUENCES = 128
+"""Sequences of the packed context: the prefix's, a round's pieces and options, the padding's."""
+SPARE_CELLS = 256
+"""Cells the packed context holds beyond the context size: a round's padding."""
 
 
 class DecodeError(RuntimeError):
     """llama.cpp refused a batch (out of cache space, or a failed compute)."""
 
 
-class LlamaReader:
-    """The engine's ``LabelReader`` over one llama.cpp context (one sequence)."""
+class _Context:
+    """One llama.cpp context, its batch and the prefix cached in its sequence 0."""
 
-    def __init__(self, model: GgufModel, *, context_size: int, threads: int | None = None,
-                 batch_size: int = DEFAULT_BATCH, gpu_offload: int = 0) -> None:
+    def __init__(self, model: GgufModel, *, cells: int, threads: int, batch_size: int,
+                 sequences: int, flash_attention: bool | None) -> None:
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx = context_size
+        params.n_ctx = cells
         params.n_batch = params.n_ubatch = batch_size
-        params.n_seq_max = 1
-        self.threads = threads or default_threads()
-        params.n_threads = params.n_threads_batch = self.threads
+        params.n_seq_max = sequences
+        params.n_threads = params.n_threads_batch = threads
         params.swa_full = True
-        if gpu_offload == 0:
-            # Measured on CPU: flash attention makes the short suffix batches about 25% slower
-            # and the 512-token prompt batches no faster (see BENCHMARKS.md).
-            params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        if flash_attention is not None:
+            params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention
+                                      else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         params.kv_unified = True
         params.no_perf = True
         context = llama_cpp.llama_init_from_model(model.pointer, params)
         if not context:
             raise DecodeError(f"model {model.name!r}: llama.cpp could not create a context of "
-                              f"{context_size} tokens")
+                              f"{cells} tokens")
+        self.pointer = context
+        self.memory = llama_cpp.llama_get_memory(context)
+        self.cells = llama_cpp.llama_n_ctx(context)
+        self.sequences = sequences
+        self.batch_size = batch_size
+        self.vocab_size = model.vocab_size
+        self.batch = llama_cpp.llama_batch_init(batch_size, 0, sequences)
+        self.tokens = np.ctypeslib.as_array(self.batch.token, shape=(batch_size,))
+        self.positions = np.ctypeslib.as_array(self.batch.pos, shape=(batch_size,))
+        self.wants_logits = np.ctypeslib.as_array(self.batch.logits, shape=(batch_size,))
+        self.seq_counts = np.ctypeslib.as_array(self.batch.n_seq_id, shape=(batch_size,))
+        self.seq_ids = [np.ctypeslib.as_array(self.batch.seq_id[index], shape=(sequences,))
+                        for index in range(batch_size)]
+        self.seq_counts[:] = 1
+        for row in self.seq_ids:
+            row[0] = 0
+        self.prefix: tuple[int, ...] | None = None
+
+    def clear(self) -> None:
+        """Drop every cell. Only the cache's bookkeeping is reset (``data=False``): zeroing the
+        whole buffer costs milliseconds per request, and stale cells never count, since
+        attention masks every cell no sequence holds (flash attention skips them; otherwise
+        exp(-inf) = 0, and 0 times a finite value adds exactly 0)."""
+        self.prefix = None
+        llama_cpp.llama_memory_clear(self.memory, False)
+
+    def decode(self, count: int) -> int:
+        """Decode the batch's first ``count`` tokens; llama.cpp's status (0: done)."""
+        self.batch.n_tokens = count
+        return llama_cpp.llama_decode(self.pointer, self.batch)
+
+    def logits(self, index: int) -> np.ndarray:
+        """The logits of the current batch's token ``index`` (valid until the next decode)."""
+        pointer = llama_cpp.llama_get_logits_ith(self.pointer, index)
+        if not pointer:
+            raise DecodeError("llama.cpp returned no logits for a read position")
+        return np.ctypeslib.as_array(pointer, shape=(self.vocab_size,))
+
+    def close(self) -> None:
+        if self.pointer:
+            llama_cpp.llama_batch_free(self.batch)
+            llama_cpp.llama_free(self.pointer)
+            self.pointer = None
+
+
+class LlamaReader:
+    """The engine's ``LabelReader`` over a loaded model's llama.cpp contexts."""
+
+    def __init__(self, model: GgufModel, *, context_size: int, threads: int | None = None,
+                 batch_size: int = DEFAULT_BATCH, gpu_offload: int = 0) -> None:
         self.model = model
         self.context_size = context_size
         self.batch_size = batch_size
-        self._context = context
-        self._memory = llama_cpp.llama_get_memory(context)
-        self._batch = llama_cpp.llama_batch_init(batch_size, 0, 1)
-        self._vocab_size = model.vocab_size
-        self._tokens = np.ctypeslib.as_array(self._batch.token, shape=(batch_size,))
-        self._positions = np.ctypeslib.as_array(self._batch.pos, shape=(batch_size,))
-        self._wants_logits = np.ctypeslib.as_array(self._batch.logits, shape=(batch_size,))
-        for index in range(batch_size):
-            self._batch.n_seq_id[index] = 1
-            self._batch.seq_id[index][0] = 0
-        self._cached_prefix: tuple[int, ...] | None = None
+        self.threads = threads or default_threads()
+        self.gpu_offload = gpu_offload
+        self.packed = gpu_offload == 0
+        """Option rows packed (CPU); on a GPU they are read one by one."""
+        self._grouped_outputs = self.packed and output_rows_grouped(
+            model.path, x86_64=platform.machine().lower() in ("x86_64", "amd64"))
+        self._single: _Context | None = None
+        self._multi: _Context | None = None
         self._piece: tuple[int, ...] | None = None
-        """The question piece cached after the prefix (option rows), if any."""
+        """The question piece cached after the prefix (unpacked option rows), if any."""
         self._piece_next: _LogSoftmax | None = None
         """The log-softmax at the piece's last token: each option's first token."""
         self.tokens_decoded = 0
-        """Tokens fed to llama.cpp since load (prefixes reused from the cache not counted)."""
+        """Tokens of prefixes and rows fed to llama.cpp since load (prefixes reused from the
+        cache not counted, padding neither)."""
+        self.tokens_padded = 0
+        """Padding tokens the packing rule added to complete a batch."""
+
+    def _labels(self) -> _Context:
+        """The one-sequence context: label rows, and option rows on a GPU."""
+        if self._single is None:
+            # Measured on CPU: flash attention makes the short suffix batches about 25% slower
+            # and the 512-token prompt batches no faster (see BENCHMARKS.md).
+            self._single = _Context(self.model, cells=self.context_size, threads=self.threads,
+                                    batch_size=self.batch_size, sequences=1,
+                                    flash_attention=False if self.gpu_offload == 0 else None)
+        return self._single
+
+    def _options(self) -> _Context:
+        """The packed context: flash attention, many sequences (``worker.packing``)."""
+        if self._multi is None:
+            self._multi = _Context(self.model, cells=self.context_size + SPARE_CELLS,
+                                   threads=self.threads, batch_size=self.batch_size,
+                                   sequences=OPTION_SEQUENCES, flash_attention=True)
+        return self._multi
 
     def read(self, prefix: Sequence[int], rows: Sequence[Row],
              before_row: Callable[[], None] | None = None) -> list[list[float]]:
         prefix = tuple(prefix)
-        results = []
+        results: list[list[float]] = [[] for _ in rows]
+        index = 0
         try:
-            for row in rows:
+            while index < len(rows):
+                row = rows[index]
+                if row.continuation and self.packed:
+                    end = index
+                    while end < len(rows) and rows[end].continuation:
+                        end += 1
+                    self._read_packed(prefix, rows, index, end, results, before_row)
+                    index = end
+                    continue
                 if before_row is not None:
                     before_row()  # may decode another request (foreground first): check prefix
-                self._ensure_prefix(prefix)
+                context = self._labels()
+                self._ensure_prefix(context, prefix)
                 if row.continuation:
-                    results.append(self._option_logprobs(row, start=len(prefix)))
+                    results[index] = self._option_logprobs(context, row, start=len(prefix))
                 else:
                     self._drop_piece()
                     try:
-                        results.append(self._label_logits(row, start=len(prefix)))
+                        results[index] = self._label_logits(context, row, start=len(prefix))
                     finally:
-                        llama_cpp.llama_memory_seq_rm(self._memory, 0, len(prefix), -1)
+                        llama_cpp.llama_memory_seq_rm(context.memory, 0, len(prefix), -1)
+                index += 1
         finally:
             self._drop_piece()
         return results
 
-    def _label_logits(self, row: Row, *, start: int) -> list[float]:
+    # Packed option rows (CPU).
+
+    def _read_packed(self, prefix: tuple[int, ...], rows: Sequence[Row], first: int, end: int,
+                     results: list[list[float]],
+                     before_row: Callable[[], None] | None) -> None:
+        """Option rows ``first``..``end`` in rounds; each round's rows ask ``before_row`` first,
+        then the round is decoded whole (another request decoded meanwhile finds the cache
+        holding a prefix only)."""
+        split = [split_row(rows[index].suffix, rows[index].continuation)
+                 for index in range(first, end)]
+        context = self._options()
+        cells = context.cells - len(prefix) - GROUP
+        for members in rounds(split, seqs=context.sequences - 2, cells=cells):
+            if before_row is not None:
+                for _ in members:
+                    before_row()
+            self._ensure_prefix(context, prefix)
+            for member, values in zip(members, self._decode_round(context, split, members,
+                                                                  start=len(prefix)),
+                                      strict=True):
+                results[first + member] = values
+
+    def _decode_round(self, context: _Context, split: Rows, members: list[int], *,
+                      start: int) -> list[list[float]]:
+        items, used = round_items(split, members, start, first_seq=1)
+        padding = context.sequences - 1
+        found = {member: [0.0] * len(split[member][1]) for member in members}
+        memory = context.memory
+        try:
+            for seq in range(1, 1 + used):
+                llama_cpp.llama_memory_seq_cp(memory, 0, seq, 0, start)
+            for batch in batches(items, grouped_outputs=self._grouped_outputs):
+                count = len(batch.items) + batch.pads
+                for index, item in enumerate(batch.items):
+                    context.tokens[index] = item.token
+                    context.positions[index] = item.pos
+                    context.seq_counts[index] = len(item.seqs)
+                    context.seq_ids[index][:len(item.seqs)] = item.seqs
+                for index in range(len(batch.items), count):
+                    context.tokens[index] = items[0].token
+                    context.positions[index] = index - len(batch.items)
+                    context.seq_counts[index] = 1
+                    context.seq_ids[index][0] = padding
+                context.wants_logits[:count] = batch.outputs
+                self._run(context, count, f"in a packed round at position {start}")
+                self.tokens_decoded += len(batch.items)
+                self.tokens_padded += batch.pads
+                for index, item in enumerate(batch.items):
+                    if item.reads:
+                        normalised = _LogSoftmax(context.logits(index))
+                        for member, position, token in item.reads:
+                            found[member][position] = normalised(token)
+                llama_cpp.llama_memory_seq_rm(memory, padding, -1, -1)
+        finally:
+            for seq in (*range(1, 1 + used), padding):
+                llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
+            context.seq_counts[:] = 1
+            for row in context.seq_ids:
+                row[0] = 0
+        return [found[member] for member in members]
+
+    # Label rows, and option rows read one by one (GPU).
+
+    def _label_logits(self, context: _Context, row: Row, *, start: int) -> list[float]:
         """The logits of the row's labels at its answer slot (its last token)."""
         found: list[float] = []
 
-        def keep(index: int, logits: Any) -> None:
+        def keep(index: int, logits: np.ndarray) -> None:
             found.extend(float(logits[token]) for token in row.label_ids)
 
-        self._decode(row.suffix, start=start, keep_from=len(row.suffix) - 1, on_logits=keep)
+        self._decode(context, row.suffix, start=start, keep_from=len(row.suffix) - 1,
+                     on_logits=keep)
         return found
 
-    def _option_logprobs(self, row: Row, *, start: int) -> list[float]:
+    def _option_logprobs(self, context: _Context, row: Row, *, start: int) -> list[float]:
         """Log-probabilities of the row's option tokens, each given everything before it.
 
         The question piece before the option is decoded once, as one batch, and kept while
@@ -115,32 +282,32 @@ class LlamaReader:
         option's first token. Only an option's own tokens but the last are then decoded, as one
         batch on top of the piece, and removed again. A row's numbers therefore depend only on
         (prefix, piece, option), whichever rows come before or after it."""
-        piece = row.suffix[:-row.continuation]
-        option = row.suffix[-row.continuation:]
+        piece, option = split_row(row.suffix, row.continuation)
         piece_end = start + len(piece)
-        logprobs = [self._piece_logprobs(piece, start=start)(option[0])]
+        logprobs = [self._piece_logprobs(context, piece, start=start)(option[0])]
         if len(option) > 1:
-            def keep(index: int, logits: Any) -> None:
-                row_logits = np.ctypeslib.as_array(logits, shape=(self._vocab_size,))
-                logprobs.append(_LogSoftmax(row_logits)(option[index + 1]))
+            def keep(index: int, logits: np.ndarray) -> None:
+                logprobs.append(_LogSoftmax(logits)(option[index + 1]))
 
             try:
-                self._decode(option[:-1], start=piece_end, keep_from=0, on_logits=keep)
+                self._decode(context, option[:-1], start=piece_end, keep_from=0,
+                             on_logits=keep)
             finally:
-                llama_cpp.llama_memory_seq_rm(self._memory, 0, piece_end, -1)
+                llama_cpp.llama_memory_seq_rm(context.memory, 0, piece_end, -1)
         return logprobs
 
-    def _piece_logprobs(self, piece: tuple[int, ...], *, start: int) -> _LogSoftmax:
+    def _piece_logprobs(self, context: _Context, piece: tuple[int, ...], *,
+                        start: int) -> _LogSoftmax:
         if piece != self._piece:
             self._drop_piece()
             kept: list[_LogSoftmax] = []
 
-            def keep(index: int, logits: Any) -> None:
-                row_logits = np.ctypeslib.as_array(logits, shape=(self._vocab_size,))
-                kept.append(_LogSoftmax(row_logits.copy()))
+            def keep(index: int, logits: np.ndarray) -> None:
+                kept.append(_LogSoftmax(logits.copy()))
 
             try:
-                self._decode(piece, start=start, keep_from=len(piece) - 1, on_logits=keep)
+                self._decode(context, piece, start=start, keep_from=len(piece) - 1,
+                             on_logits=keep)
             except BaseException:  # the piece may be in the cache without its logits
                 self.forget_prefix()
                 raise
@@ -149,64 +316,65 @@ class LlamaReader:
         return self._piece_next
 
     def _drop_piece(self) -> None:
-        """Remove the cached question piece, leaving the prefix."""
+        """Remove the cached question piece (unpacked option rows), leaving the prefix."""
         if self._piece is not None:
             self._piece = self._piece_next = None
-            if self._cached_prefix is not None:
-                llama_cpp.llama_memory_seq_rm(self._memory, 0, len(self._cached_prefix), -1)
+            context = self._single
+            if context is not None and context.prefix is not None:
+                llama_cpp.llama_memory_seq_rm(context.memory, 0, len(context.prefix), -1)
+
+    # The prefix, shared by both plans.
 
     def forget_prefix(self) -> None:
-        """Drop the cached prefix, so the next read decodes its state again.
-
-        Only the cache's bookkeeping is reset (``data=False``): zeroing the whole buffer costs
-        milliseconds per request, and stale cells never count, since attention masks every
-        cell no sequence holds (exp(-inf) = 0, and 0 times a finite value adds exactly 0)."""
-        self._cached_prefix = None
+        """Drop the cached prefixes, so the next read decodes its state again."""
         self._piece = self._piece_next = None
-        llama_cpp.llama_memory_clear(self._memory, False)
+        for context in (self._single, self._multi):
+            if context is not None:
+                context.clear()
 
-    def _ensure_prefix(self, prefix: tuple[int, ...]) -> None:
-        if prefix == self._cached_prefix:
+    def _ensure_prefix(self, context: _Context, prefix: tuple[int, ...]) -> None:
+        if prefix == context.prefix:
             return
-        self.forget_prefix()
-        self._decode(prefix, start=0)
-        self._cached_prefix = prefix
+        if context is self._single:
+            self._piece = self._piece_next = None
+        context.clear()
+        self._decode(context, prefix, start=0)
+        context.prefix = prefix
 
-    def _decode(self, tokens: Sequence[int], *, start: int, keep_from: int | None = None,
-                on_logits: Callable[[int, Any], None] | None = None) -> None:
-        """Decode ``tokens`` at positions ``start``.. in chunks of the batch size.
+    def _decode(self, context: _Context, tokens: Sequence[int], *, start: int,
+                keep_from: int | None = None,
+                on_logits: Callable[[int, np.ndarray], None] | None = None) -> None:
+        """Decode ``tokens`` in sequence 0 at positions ``start``.. in chunks of the batch size.
 
         From index ``keep_from`` on, each token's logits are computed and handed to
         ``on_logits(index, logits)`` while their chunk is still the current batch."""
         first_kept = len(tokens) if keep_from is None else keep_from
-        for offset in range(0, len(tokens), self.batch_size):
-            chunk = tokens[offset:offset + self.batch_size]
+        for offset in range(0, len(tokens), context.batch_size):
+            chunk = tokens[offset:offset + context.batch_size]
             count = len(chunk)
-            self._tokens[:count] = chunk
-            self._positions[:count] = np.arange(start + offset, start + offset + count)
-            self._wants_logits[:count] = 0
+            context.tokens[:count] = chunk
+            context.positions[:count] = np.arange(start + offset, start + offset + count)
+            context.wants_logits[:count] = 0
             kept = range(max(first_kept - offset, 0), count)
-            self._wants_logits[kept.start:count] = 1
-            self._batch.n_tokens = count
-            status = llama_cpp.llama_decode(self._context, self._batch)
-            if status != 0:
-                self.forget_prefix()
-                raise DecodeError(f"llama_decode failed with status {status} "
-                                  f"({count} tokens at position {start + offset})")
+            context.wants_logits[kept.start:count] = 1
+            self._run(context, count, f"at position {start + offset}")
             self.tokens_decoded += count
             for index in kept:
-                logits = llama_cpp.llama_get_logits_ith(self._context, index)
-                if not logits:
-                    raise DecodeError("llama.cpp returned no logits for a read position")
+                logits = context.logits(index)
                 if on_logits is not None:
                     on_logits(offset + index, logits)
 
-    def close(self) -> None:
-        if self._context:
-            llama_cpp.llama_batch_free(self._batch)
-            llama_cpp.llama_free(self._context)
-            self._context = None
+    def _run(self, context: _Context, count: int, where: str) -> None:
+        status = context.decode(count)
+        if status != 0:
+            self.forget_prefix()
+            raise DecodeError(f"llama_decode failed with status {status} ({count} tokens "
+                              f"{where})")
 
+    def close(self) -> None:
+        for context in (self._single, self._multi):
+            if context is not None:
+                context.close()
 
 
 class _LogSoftmax:

@@ -1,0 +1,138 @@
+"""The packed option plan on the real model (``worker.packing``): an option's log-probabilities
+are the same bits whatever else the request asks: the other options of its question (how
+many, which, in what order), the other questions, their ids, the round it lands in, and the
+requests before. Priors go through the same plan."""
+
+from __future__ import annotations
+
+import pytest
+
+import worker.reader as reader_module
+from decide.protocol import parse_request
+from worker.packing import GROUP, UBATCH, rounds, split_row
+
+pytestmark = pytest.mark.model
+
+TICKET = "My card was charged twice for order A-104. Please refund the duplicate."
+TEAMS = [f"team-{i}" for i in range(255)]
+REFUND = {"type": "noul", "instructions": "Does the customer ask for a refund?"}
+LEVELS = ["no urgency", "very low", "low", "fairly low", "moderate", "somewhat high", "high",
+          "very high", "severe", "critical"]
+
+
+def choice(names: list[str]) -> dict:
+    return {"type": "choice", "instructions": "Which team?", "criteria": names}
+
+
+def score(levels: list[str]) -> dict:
+    return {"type": "score", "instructions": "How urgent is it?", "criteria": levels}
+
+
+def readings(loaded, questions: dict, wanted: str, *, priors: bool = False,
+             reverse: bool = False) -> dict[str, list[float]]:
+    """Option name → the reader's log-probabilities of its tokens, for question ``wanted``
+    (over the content-free state with ``priors``); ``reverse`` reads the rows backwards."""
+    request = parse_request({"state": TICKET, "questions": questions})
+    plan = loaded.engine.plan(request)
+    prefix, rows = (plan.prior_prefix, plan.prior_rows) if priors else (plan.prefix, plan.rows)
+    rows = list(reversed(rows)) if reverse else list(rows)
+    read = loaded.reader.read(prefix, rows)
+    names = dict(zip(range(len(questions[wanted]["criteria"])), questions[wanted]["criteria"],
+                     strict=True))
+    return {names[row.option]: values for row, values in zip(rows, read, strict=True)
+            if row.question_id == wanted}
+
+
+def answer(loaded, questions: dict, wanted: str) -> dict:
+    request = parse_request({"state": TICKET, "questions": questions})
+    return loaded.engine.decide(request).to_wire()["answers"][wanted]
+
+
+@pytest.mark.parametrize("priors", [False, True], ids=["over the state", "priors"])
+def test_an_option_reads_the_same_bits_among_2_or_255_options_in_any_order(default_engine,
+                                                                           priors):
+    wide = readings(default_engine, {"q": choice(TEAMS)}, "q", priors=priors)
+    pair = readings(default_engine, {"q": choice(["team-200", "team-7"])}, "q", priors=priors)
+    backwards = readings(default_engine, {"q": choice(TEAMS[::-1])}, "q", priors=priors,
+                         reverse=True)
+    crowded = readings(default_engine, {"a": REFUND, "z": choice(TEAMS[:64]),
+                                        "q": choice(TEAMS[100:228]), "b": score(LEVELS)},
+                       "q", priors=priors)
+    assert len(wide) == 255 and len(crowded) == 128
+    assert wide == backwards  # exact float equality: the same bits
+    assert all(wide[name] == values for name, values in pair.items())
+    assert all(wide[name] == values for name, values in crowded.items())
+    assert all(value < 0 for values in wide.values() for value in values)
+
+
+def test_a_score_level_reads_the_same_among_3_or_10_levels(default_engine):
+    ten = readings(default_engine, {"u": score(LEVELS)}, "u")
+    three = readings(default_engine, {"x": REFUND, "u": score(["critical", "low", "moderate"])},
+                     "u")
+    assert all(ten[level] == values for level, values in three.items())
+
+
+DESKS = [f"{team} desk" for team in TEAMS]
+"""255 options whose tokens part after their team's number: a trie leaf (a sequence) each."""
+
+
+def test_rows_across_rounds_read_as_each_alone(default_engine):
+    """A 255-option question whose options share little takes several rounds; rows at their
+    edges read alone, in one call backwards, or in the full question give the same bits."""
+    plan = default_engine.engine.plan(parse_request({"state": TICKET,
+                                                     "questions": {"q": choice(DESKS)}}))
+    reader = default_engine.reader
+    together = reader.read(plan.prefix, plan.rows)
+    cut = rounds([split_row(row.suffix, row.continuation) for row in plan.rows],
+                 seqs=reader_module.OPTION_SEQUENCES - 2, cells=reader.context_size)
+    assert len(cut) > 1
+    edges = sorted({index for members in cut for index in (members[0], members[-1])})
+    alone = {index: reader.read(plan.prefix, [plan.rows[index]])[0] for index in edges}
+    backwards = reader.read(plan.prefix, [plan.rows[index] for index in reversed(edges)])
+    assert all(together[index] == values for index, values in alone.items())
+    assert backwards == [alone[index] for index in reversed(edges)]
+
+
+def test_wide_answers_do_not_depend_on_neighbours_ids_or_the_request_before(default_engine):
+    question = choice(TEAMS[:64])
+    alone = answer(default_engine, {"x": question}, "x")
+    answer(default_engine, {"y": score(LEVELS)}, "y")  # another request between
+    crowded = answer(default_engine, {"n": REFUND, "renamed ✨": question, "s": score(LEVELS),
+                                      "t": choice(TEAMS[64:192])}, "renamed ✨")
+    assert alone == crowded
+    assert list(alone["probabilities"]) == TEAMS[:64]
+
+
+@pytest.mark.parametrize("names", [TEAMS, DESKS], ids=["teams", "desks"])
+def test_option_rows_are_read_in_few_batches_that_keep_the_rule(default_engine, monkeypatch,
+                                                                names):
+    """Every packed batch holds 16, 32 or 48 tokens and asks for no logits or for at least
+    two; a round decodes its question piece once and each distinct proper prefix of its
+    options once (the options' trie: "team-1" of "team-1", "team-10", "team-100"...), in about
+    one batch per 48 tokens, not one decode per option."""
+    plan = default_engine.engine.plan(parse_request({"state": TICKET,
+                                                     "questions": {"q": choice(names)}}))
+    reader = default_engine.reader
+    reader.read(plan.prefix, plan.rows[:1])  # the state is cached now
+    seen = []
+    real = reader_module._Context.decode
+
+    def counting(context, count):
+        seen.append((count, int(context.wants_logits[:count].sum())))
+        return real(context, count)
+
+    monkeypatch.setattr(reader_module._Context, "decode", counting)
+    before = reader.tokens_decoded
+    reader.read(plan.prefix, plan.rows)
+    split = [split_row(row.suffix, row.continuation) for row in plan.rows]
+    cut = rounds(split, seqs=reader_module.OPTION_SEQUENCES - 2, cells=reader.context_size)
+    piece = len(split[0][0])
+    prefixes = sum(len({split[index][1][:depth] for index in members
+                        for depth in range(1, len(split[index][1]))}) for members in cut)
+    real_tokens = len(cut) * piece + prefixes
+    assert reader.tokens_decoded - before == real_tokens  # the padding is not counted
+    if names is TEAMS:
+        assert len(cut) == 1 and prefixes < 40  # " team", " team-", " team-1"..., not 900
+    assert all(count % GROUP == 0 and count <= UBATCH for count, _ in seen)
+    assert all(outputs != 1 for _, outputs in seen)
+    assert len(seen) <= -(-real_tokens // UBATCH) + len(cut)

@@ -1,0 +1,316 @@
+"""The packed option plan: many option rows in few llama.cpp batches, each row's numbers the
+same bits as if it were read alone (SPEC §3.7). Pure: no llama_cpp here.
+
+llama.cpp's CPU numerics change with how tokens are batched. What a token's logits depend on,
+in the build this project installs (llama.cpp as vendored by llama-cpp-python 0.3.36, x86-64):
+
+* Matrix products. A weight the CPU backend repacks (Q4_0, Q4_K, IQ4_NL, Q2_K, MXFP4 on
+  x86-64) takes a batch's rows 16 at a time, then 4 at a time, then one by one, each way with
+  its own activation quantisation and kernel: a row's result depends on its index in the batch
+  and on the batch's size. Other weights go through llamafile's tinyBLAS from two rows on (the
+  same multiply-adds per output whatever the tile) and through ``ggml_vec_dot`` for one row,
+  or always for the K-quants tinyBLAS does not take (Q6_K): per output, whatever the batch.
+  So every batch holds a multiple of 16 tokens (``GROUP``): every row then takes the 16-row
+  path, whose rows never mix. The last layer's feed-forward and the output head run on the
+  batch's output rows only (``ggml_get_rows``): a batch asks for no output or for at least two,
+  and for a multiple of 16 where one of those weights is of a repacked type
+  (``output_rows_grouped``).
+* Attention. Without flash attention the softmax and the value product sum over all the
+  cache's cells in SIMD blocks and lanes of their indices (masked cells adding zeros): a token's
+  result depends on where in the cache its cells lie, so it cannot share a cache region with
+  other rows; so does flash attention from 64 query rows on, which tiles the cells by index.
+  With flash attention and fewer than 64 query rows (``GGML_FA_TILE_Q``), and more than one
+  (one row over 512 cells splits the cells across threads), each query visits the unmasked
+  cells one by one, in cell order, and skips the rest: its result depends only on the cells of
+  its own sequence, in order. The cache gives a batch's tokens free cells in increasing order
+  from its head (a round's sequences are all removed before the next, and a round never holds
+  more cells than the cache has above the prefix), so a row's cells always come in position
+  order. Batches therefore hold at most 48 tokens (``UBATCH``, the largest multiple of 16 below
+  64), in a context with flash attention.
+* Everything else (norms, RoPE, activations, the embedding lookup) is computed row by row.
+
+The plan: the state prefix is decoded once in sequence 0 (fixed chunks from position 0, alone,
+so the same way every time). A round takes consecutive rows; each question piece is decoded once
+in a sequence of its own, and its options' tokens as a trie: every distinct proper prefix of an
+option is decoded once ("team-1" serves "team-1", "team-10" and "team-100"; an option's last
+token is never decoded), each leaf of the trie gets a sequence copied from the prefix's, and a
+piece or trie token belongs to the sequences of every leaf below it. A token attends to the
+cells of its first sequence: the prefix, its piece and the trie path to it, nothing else. The
+round's tokens are cut into batches of at most 48 (the first padded to a multiple of 16 with
+tokens of a sequence nobody reads), the piece bodies first, then the tokens whose logits are
+read: each piece's last token (its options' first tokens) and every trie token (the next token
+of each option through it).
+A row's numbers therefore depend only on (prefix, piece, option): not on the other options of
+its question, the other questions, their order, the round it lands in or the requests before.
+"""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+GROUP = 16
+"""A batch's token count, and its output count where ``output_rows_grouped``, is a multiple of
+this: the row group of the CPU backend's repacked matrix kernels."""
+UBATCH = 48
+"""The most tokens a packed batch holds: flash attention tiles its queries, and then the cache's
+cells by absolute index, from 64 query rows on."""
+ROUND_TOKENS = 8 * UBATCH
+"""Tokens decoded per round (its rows asked ``before_row`` first): a background round keeps a
+foreground request waiting at most about a second on two cores (1.3 s for a round of option
+tokens, each read through the 262,144-wide output head of the embedded default)."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One token of a round, in decoding order."""
+
+    token: int
+    pos: int
+    seqs: tuple[int, ...]
+    output: bool = False
+    reads: tuple[tuple[int, int, int], ...] = ()
+    """What its logits give: (row, k, token) for each row whose option token k is ``token``
+    and follows this token."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One llama_decode: the round's items, then ``pads`` tokens nobody reads; ``outputs``
+    marks every token whose logits llama.cpp computes (items' and pads' alike)."""
+
+    items: tuple[Item, ...]
+    pads: int
+    outputs: tuple[bool, ...]
+
+
+Rows = Sequence[tuple[tuple[int, ...], tuple[int, ...]]]
+"""Option rows as (question piece, option tokens)."""
+
+
+def split_row(suffix: Sequence[int], continuation: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """An option row's (question piece, option tokens)."""
+    if not 0 < continuation < len(suffix):
+        raise ValueError("an option row needs a question piece and at least one option token")
+    suffix = tuple(suffix)
+    return suffix[:-continuation], suffix[-continuation:]
+
+
+class _Trie:
+    """The option tokens a group of rows decodes: each distinct proper prefix of an option, once.
+    Its leaves (prefixes no longer one extends) each get a sequence."""
+
+    def __init__(self) -> None:
+        self.children: dict[tuple[int, ...], int] = {}
+
+    def new_paths(self, option: tuple[int, ...]) -> list[tuple[int, ...]]:
+        return [option[:depth] for depth in range(1, len(option))
+                if option[:depth] not in self.children]
+
+    def leaf_change(self, paths: list[tuple[int, ...]]) -> int:
+        """How many sequences adding ``paths`` (``new_paths``' answer) costs."""
+        if not paths:
+            return 0
+        parent = paths[0][:-1]
+        return 0 if parent and self.children.get(parent) == 0 else 1
+
+    def add(self, paths: list[tuple[int, ...]]) -> None:
+        for path in paths:
+            self.children[path] = 0
+            if len(path) > 1:
+                self.children[path[:-1]] += 1
+
+    def leaves(self) -> list[tuple[int, ...]]:
+        return [path for path, count in self.children.items() if count == 0]
+
+
+def rounds(rows: Rows, *, seqs: int, tokens: int = ROUND_TOKENS, cells: int) -> list[list[int]]:
+    """Cut rows into rounds of consecutive rows: each round uses at most ``seqs`` sequences
+    (one per question piece and one per leaf of its options' trie), decodes at most ``tokens``
+    tokens and ``cells`` cache cells (a single row beyond the token budget makes a round of
+    its own)."""
+    result: list[list[int]] = []
+    current: list[int] = []
+    used_seqs = used_tokens = 0
+    piece: tuple[int, ...] | None = None
+    trie = _Trie()
+    for index, (row_piece, option) in enumerate(rows):
+        for attempt in range(2):
+            new_group = not current or row_piece != piece
+            fresh = _Trie() if new_group else trie
+            paths = fresh.new_paths(option)
+            cost_seqs = (1 if new_group else 0) + fresh.leaf_change(paths)
+            cost_tokens = (len(row_piece) if new_group else 0) + len(paths)
+            total = used_tokens + cost_tokens
+            if attempt == 0 and current and (used_seqs + cost_seqs > seqs or total > tokens
+                                             or total > cells):
+                result.append(current)
+                current, used_seqs, used_tokens = [], 0, 0
+                continue
+            break
+        current.append(index)
+        used_seqs += cost_seqs
+        used_tokens += cost_tokens
+        fresh.add(paths)
+        piece, trie = row_piece, fresh
+    if current:
+        result.append(current)
+    return result
+
+
+def round_items(rows: Rows, members: list[int], start: int,
+                first_seq: int) -> tuple[list[Item], int]:
+    """A round's items in decoding order over a prefix of ``start`` tokens, and the number of
+    sequences they use, numbered from ``first_seq``: first every question piece but its last
+    token, then each piece's last token and its options' trie, shallowest first.
+
+    A question piece is decoded once, in a sequence of its own that every leaf sequence of its
+    options' trie also holds; each trie path is decoded once, held by the sequences of the
+    leaves below it. A token sees the cells of its first sequence: the prefix, its piece and
+    the path to it, whatever else the round holds."""
+    groups: list[tuple[tuple[int, ...], list[int]]] = []
+    for index in members:
+        piece = rows[index][0]
+        if not groups or groups[-1][0] != piece:
+            groups.append((piece, []))
+        groups[-1][1].append(index)
+    seq = first_seq
+    bodies: list[Item] = []
+    outputs: list[Item] = []
+    for piece, group_rows in groups:
+        trie = _Trie()
+        for index in group_rows:
+            trie.add(trie.new_paths(rows[index][1]))
+        own = seq
+        leaf_seqs = {leaf: own + 1 + number for number, leaf in enumerate(trie.leaves())}
+        seq = own + 1 + len(leaf_seqs)
+        reads: dict[tuple[int, ...], list[tuple[int, int, int]]] = {}
+        for index in group_rows:
+            option = rows[index][1]
+            for depth, token in enumerate(option):
+                reads.setdefault(option[:depth], []).append((index, depth, token))
+        end = start + len(piece)
+        piece_seqs = (own, *leaf_seqs.values())
+        bodies.extend(Item(token, start + offset, piece_seqs)
+                      for offset, token in enumerate(piece[:-1]))
+        outputs.append(Item(piece[-1], end - 1, piece_seqs, True, tuple(reads[()])))
+        holders: dict[tuple[int, ...], list[int]] = {path: [] for path in trie.children}
+        for leaf, number in leaf_seqs.items():
+            for depth in range(1, len(leaf) + 1):
+                holders[leaf[:depth]].append(number)
+        for path in sorted(trie.children, key=len):  # parents first (stable: first seen first)
+            outputs.append(Item(path[-1], end + len(path) - 1, tuple(holders[path]), True,
+                                tuple(reads[path])))
+    return bodies + outputs, seq - first_seq
+
+
+def batches(items: Sequence[Item], *, grouped_outputs: bool) -> list[Batch]:
+    """The round's items cut by the batching rule: at most ``UBATCH`` tokens a batch, the first
+    padded to a multiple of ``GROUP``; no output or at least two, and a multiple of ``GROUP``
+    when ``grouped_outputs`` (extra outputs are pads first, then tokens whose logits nobody
+    reads). The cuts are counted from the end, so the read positions, which come last, fill
+    as few batches as they can: each batch with an output reads the whole output head."""
+    if not items:
+        return []
+    head = len(items) % UBATCH
+    edges = [0, *range(head or UBATCH, len(items), UBATCH), len(items)]
+    result = []
+    for offset, end in itertools.pairwise(edges):
+        chunk = tuple(items[offset:end])
+        pads = -len(chunk) % GROUP
+        outputs = [item.output for item in chunk] + [False] * pads
+        wanted = sum(outputs)
+        if wanted:
+            need = -wanted % GROUP if grouped_outputs else (1 if wanted == 1 else 0)
+            for position in [*range(len(chunk), len(outputs)), *range(len(chunk))]:
+                if need == 0:
+                    break
+                if not outputs[position]:
+                    outputs[position] = True
+                    need -= 1
+        result.append(Batch(chunk, pads, tuple(outputs)))
+    return result
+
+
+# Which weights the output rows go through, and whether the CPU backend repacks them.
+
+ROW_SAFE_TYPES = frozenset({0, 1, 30, 8, 6, 3, 7, 11, 13, 14})
+"""ggml types whose CPU matrix product gives each row the same bits whatever the row count,
+from two rows on, on x86-64 (F32, F16, BF16, Q8_0, Q5_0: tinyBLAS; Q4_1, Q5_1, Q3_K, Q5_K, Q6_K:
+``ggml_vec_dot``). Any other type (the repacked Q4_0, Q4_K, IQ4_NL, Q2_K, MXFP4, or one not
+known here) makes the output rows come in groups of 16."""
+
+_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY = 8, 9
+
+
+def output_rows_grouped(path: Path, *, x86_64: bool) -> bool:
+    """Whether a packed batch's outputs must come in groups of 16 for this GGUF: true unless,
+    on x86-64, every weight of its last block after the attention (llama.cpp's graphs pick the
+    output rows there) and of its output head is of a ``ROW_SAFE_TYPES`` type. Unreadable:
+    true."""
+    if not x86_64:
+        return True
+    try:
+        types = _tensor_types(path)
+    except (OSError, ValueError, struct.error, KeyError):
+        return True
+    _, blocks, tensors = types
+    last = f"blk.{blocks - 1}."
+    head = "output.weight" if "output.weight" in tensors else "token_embd.weight"
+    watched = [name for name in tensors  # the last attention runs on every row, before them
+               if (name.startswith(last) and not name.startswith(last + "attn")) or name == head]
+    return not watched or any(tensors[name] not in ROW_SAFE_TYPES for name in watched)
+
+
+def _tensor_types(path: Path) -> tuple[str, int, dict[str, int]]:
+    """(architecture, block count, tensor name → ggml type) from a GGUF file's header."""
+    with path.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data[:4] != b"GGUF":
+            raise ValueError("not a GGUF file")
+        version, tensor_count, kv_count = struct.unpack_from("<IQQ", data, 4)
+        if version < 2:
+            raise ValueError("GGUF v1 is not read here")
+        offset = 24
+        values: dict[str, object] = {}
+
+        def string(at: int) -> tuple[str, int]:
+            (length,) = struct.unpack_from("<Q", data, at)
+            return data[at + 8:at + 8 + length].decode("utf-8", "replace"), at + 8 + length
+
+        def skip(kind: int, at: int) -> tuple[object, int]:
+            if kind == _STRING:
+                return string(at)
+            if kind == _ARRAY:
+                element, count = struct.unpack_from("<IQ", data, at)
+                at += 12
+                if element in _SCALARS:
+                    return None, at + _SCALARS[element] * count
+                for _ in range(count):
+                    _, at = skip(element, at)
+                return None, at
+            size = _SCALARS[kind]
+            code = {1: "<B", 2: "<H", 4: "<I", 8: "<Q"}[size]
+            return struct.unpack_from(code, data, at)[0], at + size
+
+        for _ in range(kv_count):
+            key, offset = string(offset)
+            (kind,) = struct.unpack_from("<I", data, offset)
+            values[key], offset = skip(kind, offset + 4)
+        tensors: dict[str, int] = {}
+        for _ in range(tensor_count):
+            name, offset = string(offset)
+            (dims,) = struct.unpack_from("<I", data, offset)
+            offset += 4 + 8 * dims
+            (kind,) = struct.unpack_from("<I", data, offset)
+            tensors[name] = kind
+            offset += 12
+    architecture = str(values["general.architecture"])
+    blocks = values[f"{architecture}.block_count"]
+    if not isinstance(blocks, int):
+        raise ValueError("no block count")
+    return architecture, blocks, tensors
