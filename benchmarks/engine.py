@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import platform
 import resource
 import statistics
@@ -180,12 +181,18 @@ def compare_readouts(loaded: LoadedEngine, repeats: int) -> None:
                       f"{plan.input_tokens:>6} {median:>8.3f} {median / base:>7.2f}x")
 
 
+DISTINCT_255 = ["".join(parts) for parts in itertools.product(
+    ["ba", "ke", "mi", "so", "tu", "ra", "ne", "lo"], repeat=3)][:255]
+"""255 made-up words that share few leading tokens: the packed plan's worst case (its trie of
+option prefixes barely shares), where ``team-0``..``team-254`` share almost everything."""
 LEVELS_10 = ["no urgency", "very low", "low", "fairly low", "moderate", "somewhat high",
              "high", "very high", "severe", "critical"]
 WIDE = [
     *((f"choice of {count}", {"type": "choice", "instructions": "Which team?",
                               "criteria": [f"team-{i}" for i in range(count)]})
       for count in (2, 26, 64, 128, 255)),
+    ("255 distinct", {"type": "choice", "instructions": "Which team?",
+                      "criteria": DISTINCT_255}),
     ("score of 3", {"type": "score", "instructions": "How urgent is it?",
                     "criteria": ["can wait", "needs an answer today",
                                  "blocks the customer now"]}),
