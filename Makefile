@@ -24,8 +24,10 @@ start: install
 	$(VENV)/bin/decide keys ensure $(KEYS_FILE)
 	DECIDE_API_KEYS_FILE=$(KEYS_FILE) $(VENV)/bin/decide serve
 
+# ruff, then the dependency rules of pyproject.toml's [tool.importlinter] (README, "Layout")
 lint: install
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 # Stops at once, naming what to install, where a tool or service the tests use is missing.
 test: lint
