@@ -6,9 +6,9 @@ longest time to repair. Run on demand (not a test):
                                          [--fault-every 20] [--seed 1] [--drain 300]
 
 Loopback only, bounded: a PostgreSQL server and a redis-server of its own on free ports of
-127.0.0.1 (``launch.own_servers``, nothing else on the machine is touched), one front door and
-``--workers`` workers. Submission stops after ``--jobs`` answers or ``--minutes``; the drain
-after ``--drain`` seconds. Submissions are jobs (70% background, 30% foreground), sync calls
+127.0.0.1 (``tests.support.own_servers``, nothing else on the machine is touched), one front
+door and ``--workers`` workers. Submission stops after ``--jobs`` answers or ``--minutes``; the
+drain after ``--drain`` seconds. Submissions are jobs (70% background, 30% foreground), sync calls
 and small batches; every submission carries an Idempotency-Key where the API takes one and is
 retried through 503s and dropped connections, as a careful client would.
 
@@ -50,7 +50,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from launch.local import LocalCluster
+from tests.support.local import LocalCluster
 
 FINAL = ("succeeded", "failed", "cancelled", "expired")
 

@@ -5,7 +5,7 @@ Run on demand (not a test); loopback only, bounded in count and time:
     .venv/bin/python benchmarks/load.py [--callers 200] [--backlog 10000] [--seconds 30]
                                         [--wait 10] [--submit-rate 5] [--worker] [--json]
 
-It starts a real distributed setup on 127.0.0.1 (``launch.local.LocalCluster``): a PostgreSQL
+It starts a real distributed setup on 127.0.0.1 (``tests.support.local.LocalCluster``): a PostgreSQL
 server and a redis-server of its own on free ports, one ``decide serve`` process and, with
 ``--worker``, one ``decide worker``. Without a worker (the default) nothing drains the
 backlog, so the measurement is the cost of the waiting and the submitting alone, against a
@@ -52,7 +52,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from launch.local import LocalCluster
+from tests.support.local import LocalCluster
 
 QUESTIONS = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

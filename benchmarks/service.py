@@ -34,7 +34,7 @@ use_runner_build(Settings())  # the llama.cpp build the runners use here, before
 
 from decide.protocol import parse_request
 from infra.models import load_catalog
-from launch.local import LocalCluster
+from tests.support.local import LocalCluster
 from worker.loading import load_decoding_engine
 
 QUESTIONS = {

@@ -462,7 +462,7 @@ def worker_command(args: argparse.Namespace) -> int:
     import logging
 
     from infra.settings import Settings
-    from worker.celery_worker import run_worker
+    from launch.celery_worker import run_worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = Settings()

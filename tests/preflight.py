@@ -11,7 +11,7 @@ import sys
 
 import psycopg
 
-from launch.own_servers import postgres_bin_dir
+from tests.support.own_servers import postgres_bin_dir
 
 TOOLS = {
     "redis-server": ("redis-server", "test clusters run a Redis server of their own"),

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from launch.local import await_ready, free_port
+from tests.support.local import await_ready, free_port
 
 KEYS = ("key-alpha", "key-beta")
 

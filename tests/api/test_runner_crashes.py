@@ -14,9 +14,9 @@ import time
 import httpx
 import pytest
 
-from launch.local import await_ready
 from tests.api.conftest import Server, wait_for_status
 from tests.slow_work import distinct_nouls
+from tests.support.local import await_ready
 
 POISON = "POISON-PILL-7f3a"
 ONCE = "SEGFAULT-ONCE-91c2"

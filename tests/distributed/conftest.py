@@ -1,11 +1,11 @@
-"""A real distributed setup per test (``launch.local.LocalCluster``): a fresh PostgreSQL
+"""A real distributed setup per test (``tests.support.local.LocalCluster``): a fresh PostgreSQL
 database, Redis, ``decide serve`` and ``decide worker`` processes."""
 
 from __future__ import annotations
 
 import pytest
 
-from launch.local import LocalCluster
+from tests.support.local import LocalCluster
 
 
 @pytest.fixture

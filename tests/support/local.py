@@ -19,7 +19,7 @@ import psycopg
 import redis
 from sqlalchemy import create_engine, text
 
-from launch.own_servers import OwnPostgres, OwnRedis, free_port
+from tests.support.own_servers import OwnPostgres, OwnRedis, free_port
 
 POSTGRES_ADMIN = os.environ.get("DECIDE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 SHARED_REDIS_URL = os.environ.get("DECIDE_TEST_REDIS", "redis://127.0.0.1:6379/11")
