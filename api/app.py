@@ -7,11 +7,11 @@ import time
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+import metrics
 from api.context import ApiContext
 from api.errors import install_error_handlers
 from api.routes import batches, decisions, health, jobs, models, usage
 from api.schemas import install_schemas
-from infra import metrics
 
 
 def create_app(context: ApiContext) -> FastAPI:

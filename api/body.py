@@ -12,9 +12,9 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from api.errors import ApiError, invalid
-from decide.errors import RequestTooLarge
-from decide.protocol import plain_json_problem
-from infra.settings import MAX_BODY_BYTES
+from config.settings import MAX_BODY_BYTES
+from decide.core.errors import RequestTooLarge
+from decide.core.protocol import plain_json_problem
 
 _TOO_LARGE = f"the request body is over {MAX_BODY_BYTES:,} bytes (32 MiB)"
 ZSTD_MAX_WINDOW_BYTES = 8 * 1024 * 1024

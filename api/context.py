@@ -10,12 +10,12 @@ from api.auth import Authenticator
 from api.backlog import LaneBacklog
 from api.errors import not_found
 from api.quotas import Quotas
-from decide.engine import Engine
-from infra.events import JobEvents
-from infra.metrics import Exposition
-from infra.models import Catalog, ConfigError, ModelConfig
-from infra.queue import JobQueue
-from infra.settings import Settings
+from config.settings import Settings
+from decide.core.engine import Engine
+from llm.catalog import Catalog, ConfigError, ModelConfig
+from metrics import Exposition
+from transport.events import JobEvents
+from transport.queue import JobQueue
 
 
 @dataclass

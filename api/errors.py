@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from decide.errors import FieldError, InvalidRequest, RequestTooLarge
+from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 
 log = logging.getLogger("decide.api")
 STORE_RETRY_SECONDS = 2

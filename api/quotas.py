@@ -27,7 +27,7 @@ from limits.strategies import SlidingWindowCounterRateLimiter
 from sqlalchemy import Engine as Database
 
 from api.errors import ApiError
-from infra.settings import Settings
+from config.settings import Settings
 from store import jobs
 
 log = logging.getLogger("decide.api")

@@ -2,7 +2,7 @@
 generators, schema fuzzers).
 
 These models only describe. The handlers read raw JSON and validate it with
-``decide.protocol`` and ``api.batching``, whose 422s name every bad field as SPEC §2.3 asks;
+``decide.core.protocol`` and ``api.batching``, whose 422s name every bad field as SPEC §2.3 asks;
 a pydantic body parameter would answer in its own words. ``install_schemas`` adds these
 models to the document's components and the routes point their request bodies at them.
 """

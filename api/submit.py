@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import metrics
 from api.context import ApiContext
 from api.errors import ApiError, invalid
 from api.quotas import RateState, retry_after_draining
-from decide.protocol import parse_request, stored_request
-from infra import metrics
+from decide.core.protocol import parse_request, stored_request
 from store import jobs
 
 METADATA_MAX_BYTES = 16 * 1024

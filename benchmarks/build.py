@@ -40,9 +40,9 @@ def measure(repeats: int) -> dict:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from engine import questions_of, raw_batch, run_plan, state_of
 
-    from decide.protocol import parse_request
-    from infra.models import load_catalog
-    from infra.settings import Settings
+    from config.settings import Settings
+    from decide.core.protocol import parse_request
+    from llm.catalog import load_catalog
     from worker.loading import load_decoding_engine
     from worker.probe import build_info
 

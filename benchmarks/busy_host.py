@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from decide.protocol import parse_request
-from infra.settings import Settings
+from config.settings import Settings
+from decide.core.protocol import parse_request
 from worker.probe import PROBE_REQUEST
 from worker.runner_client import Runner
 

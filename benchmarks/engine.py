@@ -38,17 +38,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infra.settings import Settings
+from config.settings import Settings
 from worker.in_process import use_runner_build
 
 use_runner_build(Settings())  # the llama.cpp build the runners use here, before llama_cpp loads
 
-from decide.engine import Engine
-from decide.profile import OPTION_READOUT, Profile
-from decide.protocol import parse_request
-from infra.engines import LoadedEngine
-from infra.gguf import GgufTokenizer
-from infra.models import load_catalog
+from decide.core.engine import Engine
+from decide.core.profile import OPTION_READOUT, Profile
+from decide.core.protocol import parse_request
+from llm.catalog import load_catalog
+from llm.engines import LoadedEngine
+from llm.gguf import GgufTokenizer
 from worker.loading import load_decoding_engine
 
 SENTENCES = [

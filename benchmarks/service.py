@@ -27,13 +27,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infra.settings import Settings
+from config.settings import Settings
 from worker.in_process import use_runner_build
 
 use_runner_build(Settings())  # the llama.cpp build the runners use here, before llama_cpp loads
 
-from decide.protocol import parse_request
-from infra.models import load_catalog
+from decide.core.protocol import parse_request
+from llm.catalog import load_catalog
 from tests.support.local import LocalCluster
 from worker.loading import load_decoding_engine
 

@@ -1,5 +1,6 @@
-"""The decision core: wire types, validation, prompt rows, readout and the engine.
+"""decide: typed questions about text or JSON answered with probabilities from one forward pass
+of a GGUF model.
 
-Nothing here does I/O or imports a framework, a database, a queue or llama.cpp; the API, the
-worker and the command line all share it.
+The base install is ``decide.core`` (pure), ``decide.client`` (the HTTP client) and
+``decide.cli`` (the ``decide`` command); the service's layers come with ``decide[server]``.
 """

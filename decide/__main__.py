@@ -2,6 +2,6 @@
 
 import sys
 
-from decide.cli import main
+from decide.cli.main import main
 
 sys.exit(main())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from infra.settings import Settings
+from config.settings import Settings
 
 
 def make_app() -> FastAPI:

@@ -20,13 +20,13 @@ import time
 from celery.signals import worker_shutting_down
 from prometheus_client import start_http_server
 
-from infra import metrics
-from infra.broker import Broker, ChannelListener
-from infra.lanes import CANCEL_CHANNEL, TASK_NAME, lanes_of
-from infra.models import load_catalog
-from infra.settings import Settings
+import metrics
+from config.settings import Settings
+from llm.catalog import load_catalog
 from store.db import make_engine
 from store.workers import Heartbeat, new_worker_id
+from transport.broker import Broker, ChannelListener
+from transport.lanes import CANCEL_CHANNEL, TASK_NAME, lanes_of
 from worker.delivery import Delivery
 from worker.execute import LEAVING, CancelledJobs, run_job
 from worker.runner_client import Runner, RunnerEngine, RunnerUnavailable

@@ -13,12 +13,14 @@ from api.auth import Authenticator
 from api.backlog import LaneBacklog
 from api.context import ApiContext
 from api.quotas import Quotas
-from infra.engines import load_planner
-from infra.events import JobEvents
-from infra.metrics import Exposition, StoreCollector
-from infra.models import Catalog
-from infra.queue import JobQueue
-from infra.settings import Settings
+from config.settings import Settings
+from llm.catalog import Catalog
+from llm.engines import load_planner
+from metrics import Exposition, LaneCollector
+from store.status import queued_lanes
+from store.workers import live_counts
+from transport.events import JobEvents
+from transport.queue import JobQueue
 
 
 def api_context(settings: Settings, db: Database, catalog: Catalog, queue: JobQueue,
@@ -29,7 +31,9 @@ def api_context(settings: Settings, db: Database, catalog: Catalog, queue: JobQu
     return ApiContext(settings=settings, db=db, catalog=catalog, planners=planners,
                       queue=queue, events=events,
                       auth=Authenticator(settings.key_list, admins=settings.admin_key_list),
-                      metrics=Exposition(StoreCollector(db, list(catalog.models))),
+                      metrics=Exposition(LaneCollector(
+                          list(catalog.models), queued_lanes=lambda: queued_lanes(db),
+                          live_workers=lambda: live_counts(db))),
                       quotas=Quotas(settings, settings.broker_url or "memory://"),
                       backlog=LaneBacklog(db))
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from infra.broker import Broker, ChannelListener
-from infra.distributed_queue import CeleryQueue
-from infra.events import JobEvents
-from infra.lanes import FINISHED_CHANNEL
-from infra.models import load_catalog
-from infra.settings import Settings
+from config.settings import Settings
 from launch.common import api_context, app_for
+from llm.catalog import load_catalog
 from store.db import make_engine
 from store.migrate import require_head
+from transport.broker import Broker, ChannelListener
+from transport.celery_queue import CeleryQueue
+from transport.events import JobEvents
+from transport.lanes import FINISHED_CHANNEL
 
 
 def build_distributed(settings: Settings) -> FastAPI:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from infra.events import JobEvents
-from infra.models import load_catalog
-from infra.settings import Settings
+from config.settings import Settings
 from launch.common import api_context, app_for
+from llm.catalog import load_catalog
 from store.db import make_engine
 from store.migrate import upgrade
+from transport.events import JobEvents
 from worker.embedded import EmbeddedWorker
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from infra.settings import Settings
+from config.settings import Settings
 from store.db import make_engine
 from store.tables import metadata
 

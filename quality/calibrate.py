@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from decide.engine import Reading, assemble
-from decide.profile import Profile
-from decide.protocol import DecisionRequest, parse_request
+from decide.core.engine import Reading, assemble
+from decide.core.profile import Profile
+from decide.core.protocol import DecisionRequest, parse_request
 from quality.evaluate import score
 from quality.metrics import Scored, accuracy, ece, reliability
 

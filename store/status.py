@@ -52,3 +52,12 @@ def lane_status(db: Engine, models: list[str], default: str,
                                        "input_tokens": int(tokens),
                                        "tokens_per_second": round(tokens / WINDOW_SECONDS, 1)}})
     return report
+
+
+def queued_lanes(db: Engine) -> dict[tuple[str, str], tuple[int, float | None]]:
+    """(model, priority) -> (jobs queued, created_at of the oldest), for the metrics' scrape."""
+    with db.connect() as connection:
+        rows = connection.execute(
+            select(jobs.c.model, jobs.c.priority, func.count(), func.min(jobs.c.created_at))
+            .where(jobs.c.status == QUEUED).group_by(jobs.c.model, jobs.c.priority)).all()
+    return {(model, priority): (count, oldest) for model, priority, count, oldest in rows}

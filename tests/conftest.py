@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.settings import Settings
+from config.settings import Settings
 from worker.in_process import use_runner_build
 
 use_runner_build(Settings())
@@ -15,7 +15,7 @@ use_runner_build(Settings())
 
 @pytest.fixture(scope="session")
 def settings():
-    from infra.settings import Settings
+    from config.settings import Settings
 
     return Settings()
 
@@ -23,7 +23,7 @@ def settings():
 @pytest.fixture(scope="session")
 def default_engine(settings):
     """The embedded gemma-3-270m through llama-cpp-python (assembled on first use)."""
-    from infra.models import load_catalog
+    from llm.catalog import load_catalog
     from worker.loading import load_decoding_engine
 
     loaded = load_decoding_engine(load_catalog(settings).get(None), settings)
@@ -35,10 +35,10 @@ def default_engine(settings):
 def label_engine(default_engine):
     """The same loaded model read the SPEC §3 way (the decider layout, label logits), as a
     decider-style GGUF with a ``decider_config.json`` is read."""
-    from decide.engine import Engine
-    from decide.profile import Profile
-    from infra.engines import LoadedEngine
-    from infra.gguf import GgufTokenizer
+    from decide.core.engine import Engine
+    from decide.core.profile import Profile
+    from llm.engines import LoadedEngine
+    from llm.gguf import GgufTokenizer
 
     model = default_engine.model
     engine = Engine(default_engine.engine.model_name, GgufTokenizer(model),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from decide.rows import Row
+from decide.core.rows import Row
 
 BOS = 2
 _PIECE = re.compile(r"[A-Z]{1,2}(?![A-Z])|[A-Z]{2}|.", re.DOTALL)

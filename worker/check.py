@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.settings import Settings
+from config.settings import Settings
 from worker.probe import TOLERANCE
 from worker.runner_client import Runner
 

@@ -26,10 +26,10 @@ import time
 from sqlalchemy import Engine as Database
 from sqlalchemy import text
 
-from infra.broker import Broker
-from infra.lanes import LANES
 from store import jobs
 from store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
+from transport.broker import Broker
+from transport.lanes import LANES
 from worker.turns import KeyTurns
 
 log = logging.getLogger("decide.delivery")

@@ -18,12 +18,12 @@ import time
 
 from sqlalchemy import Engine as Database
 
-from infra import metrics
-from infra.events import JobEvents
-from infra.models import Catalog
-from infra.settings import Settings
+import metrics
+from config.settings import Settings
+from llm.catalog import Catalog
 from store import jobs
 from store.workers import Heartbeat, new_worker_id
+from transport.events import JobEvents
 from worker.execute import LEAVING, CancelledJobs, run_job
 from worker.fair_queue import FairQueue
 from worker.runner_client import Runner, RunnerEngine, RunnerUnavailable

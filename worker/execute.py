@@ -16,10 +16,10 @@ from typing import Any, Protocol, TypeVar
 from sqlalchemy import Engine as Database
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from decide.engine import Decision
-from decide.errors import DecideError
-from decide.protocol import parse_request
-from infra import metrics
+import metrics
+from decide.core.engine import Decision
+from decide.core.errors import DecideError
+from decide.core.protocol import parse_request
 from store import jobs
 from worker.runner_client import RunnerCrashed, RunnerUnavailable
 
@@ -57,7 +57,8 @@ def until_stored(operation: Callable[[], T], what: str) -> T | None:
 
 
 class DecisionEngine(Protocol):
-    """What a job needs of an engine: ``decide.engine.Engine`` or a runner's ``RunnerEngine``."""
+    """What a job needs of an engine: ``decide.core.engine.Engine`` or a runner's
+    ``RunnerEngine``."""
 
     def decide(self, request: Any, before_row: Callable[[], None] | None = None) -> Decision:
         ...

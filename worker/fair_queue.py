@@ -12,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 
-from infra.lanes import LANES
+from transport.lanes import LANES
 
 FOREGROUND = LANES[0]
 

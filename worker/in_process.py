@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from infra.settings import Settings
+from config.settings import Settings
 from worker.threads import apply_wait_policy
 from worker.variants import (
     LIBRARY_PATH_VARIABLE,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from infra.engines import LoadedEngine, gpu_layers, load_engine
-from infra.gguf import GgufModel
-from infra.models import ModelConfig
-from infra.settings import Settings
+from config.settings import Settings
+from llm.catalog import ModelConfig
+from llm.engines import LoadedEngine, gpu_layers, load_engine
+from llm.gguf import GgufModel
 from worker.reader import LlamaReader
 
 

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from decide.engine import Engine
-from decide.protocol import parse_request
+from decide.core.engine import Engine
+from decide.core.protocol import parse_request
 from worker.variants import host_flags
 
 PROBE_REQUEST: dict[str, Any] = {

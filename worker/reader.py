@@ -35,8 +35,8 @@ from collections.abc import Callable, Sequence
 import llama_cpp
 import numpy as np
 
-from decide.rows import Row
-from infra.gguf import GgufModel
+from decide.core.rows import Row
+from llm.gguf import GgufModel
 from worker.packing import (
     GROUP,
     Rows,

@@ -85,7 +85,7 @@ def _portable(error: Exception) -> Exception:
 
 class _Server:
     def __init__(self, connection: Connection, settings: Any) -> None:
-        from infra.models import load_catalog
+        from llm.catalog import load_catalog
 
         self._connection = connection
         self._settings = settings
@@ -102,7 +102,7 @@ class _Server:
 
     def start(self, model: str | None) -> dict[str, Any]:
         """Load the model, decode the probe, and say what was found."""
-        from infra.models import gguf_path
+        from llm.catalog import gguf_path
         from worker.probe import build_info, host_info, run_probe
 
         config = self._catalog.get(model)

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from decide.engine import Decision
-from decide.protocol import DecisionRequest
-from infra.settings import Settings
+from config.settings import Settings
+from decide.core.engine import Decision
+from decide.core.protocol import DecisionRequest
 from worker.crashes import describe_exit
 from worker.probe import ProbeFailed
 from worker.variants import Variant, candidates, environment_for, host_flags, record_proof

@@ -10,13 +10,13 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+import metrics
 from api.batching import accept_batch
 from api.body import read_json
 from api.errors import not_found
 from api.routes.deps import Context, Owner
 from api.schemas import BatchList, BatchRequest, BatchSchema, request_body, responses
 from api.views import batch_view
-from infra import metrics
 from store import batches, jobs
 
 router = APIRouter()

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.concurrency import run_in_threadpool
 
+import metrics
 from api.body import read_json
 from api.context import ApiContext
 from api.errors import ApiError
@@ -18,7 +19,6 @@ from api.schemas import JobSchema, SystemOneRequest, SystemOneResponse, request_
 from api.submit import accept, checked_priority
 from api.views import job_view, sync_response
 from api.waiting import wait_finished
-from infra import metrics
 from store import jobs
 
 router = APIRouter()

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+import metrics
 from api.body import read_json
 from api.errors import invalid, not_found
 from api.routes.deps import Context, Owner
@@ -15,7 +16,6 @@ from api.schemas import JobList, JobRequest, JobSchema, request_body, responses
 from api.submit import accept, checked_metadata, checked_priority, owned_job
 from api.views import job_view
 from api.waiting import wait_finished
-from infra import metrics
 from store import jobs
 
 router = APIRouter()

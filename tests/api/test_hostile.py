@@ -22,10 +22,10 @@ import zstandard
 
 from api.body import decompress, parse_json
 from api.errors import ApiError
-from decide.engine import Engine
-from decide.errors import InvalidRequest, RequestTooLarge
-from decide.protocol import parse_request
-from infra.settings import MAX_BODY_BYTES
+from config.settings import MAX_BODY_BYTES
+from decide.core.engine import Engine
+from decide.core.errors import InvalidRequest, RequestTooLarge
+from decide.core.protocol import parse_request
 
 pytestmark = pytest.mark.model
 
@@ -170,10 +170,10 @@ def peak_of(case: Hostile, planner: Engine) -> tuple[int, int]:
 def planners(settings):
     """The embedded model's vocabulary read both ways: its own option readout, and the SPEC §3
     label readout of decider-style models (whose many-option rows are spliced)."""
-    from decide.profile import Profile
-    from infra.engines import load_planner
-    from infra.gguf import GgufTokenizer
-    from infra.models import load_catalog
+    from decide.core.profile import Profile
+    from llm.catalog import load_catalog
+    from llm.engines import load_planner
+    from llm.gguf import GgufTokenizer
 
     loaded = load_planner(load_catalog(settings).get(None), settings)
     labels = Engine("labels", GgufTokenizer(loaded.model), None, Profile(),

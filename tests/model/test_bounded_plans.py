@@ -9,11 +9,11 @@ import random
 
 import pytest
 
-from decide.engine import CUT_SLACK, Engine, Limits
-from decide.errors import RequestTooLarge
-from decide.profile import Profile
-from decide.protocol import parse_request
-from decide.render import state_text
+from decide.core.engine import CUT_SLACK, Engine, Limits
+from decide.core.errors import RequestTooLarge
+from decide.core.profile import Profile
+from decide.core.protocol import parse_request
+from decide.core.render import state_text
 
 pytestmark = pytest.mark.model
 
@@ -22,9 +22,9 @@ NOUL = {"type": "noul", "instructions": "Is it about money?"}
 
 @pytest.fixture(scope="module")
 def vocabulary(settings):
-    from infra.engines import load_planner
-    from infra.gguf import GgufTokenizer
-    from infra.models import load_catalog
+    from llm.catalog import load_catalog
+    from llm.engines import load_planner
+    from llm.gguf import GgufTokenizer
 
     loaded = load_planner(load_catalog(settings).get(None), settings)
     yield GgufTokenizer(loaded.model)

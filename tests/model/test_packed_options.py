@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import worker.reader as reader_module
-from decide.protocol import parse_request
+from decide.core.protocol import parse_request
 from worker.packing import GROUP, UBATCH, rounds, split_row
 
 pytestmark = pytest.mark.model

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from decide.protocol import parse_request
-from infra.settings import Settings
+from config.settings import Settings
+from decide.core.protocol import parse_request
 from tests.slow_work import distinct_nouls
 from worker.probe import PROBE_REQUEST
 from worker.runner_client import (

@@ -63,7 +63,7 @@ def test_every_entry_point_imports_from_the_files_the_image_copies(tmp_path):
              "from pathlib import Path\n"
              "from quality.evaluate import DEFAULT_SET, load_set\n"
              "assert load_set() and load_set(Path(DEFAULT_SET).with_name('calibration.jsonl'))\n"
-             "from decide.cli import build_parser\n"
+             "from decide.cli.main import build_parser\n"
              "commands = build_parser().commands\n"
              "assert {'eval', 'calibrate', 'serve', 'worker', 'migrate'} <= set(commands)\n")
     env = {**os.environ, "PYTHONPATH": str(source)}

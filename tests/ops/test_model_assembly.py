@@ -8,9 +8,9 @@ import shutil
 import subprocess
 import sys
 
-from infra.models import DEFAULT_GGUF, install_embedded_default
+from llm.catalog import DEFAULT_GGUF, install_embedded_default
 
-ASSEMBLE = ("import sys; from pathlib import Path; from infra.models import "
+ASSEMBLE = ("import sys; from pathlib import Path; from llm.catalog import "
             "install_embedded_default; print(install_embedded_default(Path(sys.argv[1])))")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from infra.metrics import EXPORTED
+from metrics import EXPORTED
 
 OPS = Path(__file__).resolve().parents[2] / "ops"
 ROOT = OPS.parent

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from sqlalchemy import func, select
 
 from api.views import batch_view
-from infra.settings import Settings
+from config.settings import Settings
 from store import batches, jobs
 from store.tables import usage
 from store.workers import beat

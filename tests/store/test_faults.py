@@ -11,7 +11,7 @@ import time
 
 from sqlalchemy.exc import OperationalError
 
-from decide.engine import Decision
+from decide.core.engine import Decision
 from store import batches, jobs
 from store.workers import beat, live_counts, new_worker_id
 from worker import execute
@@ -200,11 +200,11 @@ class AnsweringRunner:
 
 
 def test_the_embedded_worker_outlives_a_retention_error(tmp_path, monkeypatch):
-    from infra.events import JobEvents
-    from infra.models import load_catalog
-    from infra.settings import Settings
+    from config.settings import Settings
+    from llm.catalog import load_catalog
     from store.db import make_engine
     from store.migrate import upgrade
+    from transport.events import JobEvents
     from worker.embedded import EmbeddedWorker
 
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
@@ -253,11 +253,11 @@ class RowsRunner(AnsweringRunner):
 
 def test_a_refused_claim_of_a_foreground_job_between_rows_loses_neither_job(tmp_path,
                                                                           monkeypatch):
-    from infra.events import JobEvents
-    from infra.models import load_catalog
-    from infra.settings import Settings
+    from config.settings import Settings
+    from llm.catalog import load_catalog
     from store.db import make_engine
     from store.migrate import upgrade
+    from transport.events import JobEvents
     from worker.embedded import EmbeddedWorker
 
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
@@ -316,7 +316,7 @@ class SendingBroker:
 
 
 def test_an_accepted_job_whose_sent_mark_fails_is_still_accepted(db, monkeypatch):
-    from infra.distributed_queue import CeleryQueue
+    from transport.celery_queue import CeleryQueue
 
     job_id = new(db)
     broker = SendingBroker()

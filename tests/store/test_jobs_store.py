@@ -177,7 +177,7 @@ def test_cancelling_a_batch_with_work_left_cancels_what_is_left(db):
 
 
 def test_migrate_says_what_it_applied(tmp_path, monkeypatch, capsys):
-    from decide.cli import main
+    from decide.cli.main import main
 
     monkeypatch.setenv("DECIDE_DATABASE_URL", f"sqlite:///{tmp_path / 'fresh.db'}")
     assert main(["migrate"]) == 0

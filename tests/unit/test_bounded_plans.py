@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decide.engine import Engine, Limits
-from decide.errors import RequestTooLarge
-from decide.profile import Profile
-from decide.protocol import parse_request
-from decide.render import CHUNK_CHARS, render_state, state_text
+from decide.core.engine import Engine, Limits
+from decide.core.errors import RequestTooLarge
+from decide.core.profile import Profile
+from decide.core.protocol import parse_request
+from decide.core.render import CHUNK_CHARS, render_state, state_text
 from tests.fakes import FakeTokenizer, RecordingReader
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from decide.engine import Reading
-from decide.profile import Profile
-from decide.protocol import parse_request
-from decide.rows import Row, RowPlan
+from decide.core.engine import Reading
+from decide.core.profile import Profile
+from decide.core.protocol import parse_request
+from decide.core.rows import Row, RowPlan
 from quality.calibrate import Example, fit_temperatures, log_loss, scored, threshold_for, tiers
 from quality.metrics import Scored
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from decide.display import fixed, percent, render_decision
-from decide.protocol import parse_request
-from decide.readout import ChoiceAnswer, NoulAnswer, score_answer
+from decide.core.display import fixed, percent, render_decision
+from decide.core.protocol import parse_request
+from decide.core.readout import ChoiceAnswer, NoulAnswer, score_answer
 
 SPEC_OUTPUT = """\
 Which department should handle this?

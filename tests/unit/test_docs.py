@@ -6,13 +6,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from infra.metrics import EXPORTED
-from infra.settings import Settings
+from config.settings import Settings
+from metrics import EXPORTED
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 REFERENCE = (ROOT / "docs" / "API.md").read_text()
-CODE = ("decide", "api", "worker", "infra", "store", "launch", "quality", "tests")
+CODE = ("decide", "api", "worker", "config", "llm", "transport", "metrics", "store", "launch",
+        "quality", "tests")
 
 
 def test_the_readme_points_at_the_api_reference():

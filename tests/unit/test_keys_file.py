@@ -6,9 +6,9 @@ import stat
 
 import pytest
 
-from decide.cli import main
-from infra.keys_file import read_keys
-from infra.settings import Settings
+from config.keys_file import read_keys
+from config.settings import Settings
+from decide.cli.main import main
 
 
 def test_a_fresh_key_is_written_once_and_never_shown_again(tmp_path, capsys):

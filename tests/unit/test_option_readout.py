@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from decide.engine import Engine, row_count
-from decide.errors import ModelRefused, RequestTooLarge
-from decide.option_rows import DEFAULT_LAYOUT
-from decide.priors import PriorCache
-from decide.profile import OPTION_READOUT, Profile
-from decide.protocol import parse_request
-from decide.readout import softmax
+from decide.core.engine import Engine, row_count
+from decide.core.errors import ModelRefused, RequestTooLarge
+from decide.core.option_rows import DEFAULT_LAYOUT
+from decide.core.priors import PriorCache
+from decide.core.profile import OPTION_READOUT, Profile
+from decide.core.protocol import parse_request
+from decide.core.readout import softmax
 from tests.fakes import BOS, FakeTokenizer
 
 OPTIONS = Profile(readout=OPTION_READOUT)
@@ -141,7 +141,7 @@ def test_rows_are_counted_with_their_priors_in_limits_and_usage():
 
 
 def test_the_row_limit_counts_priors():
-    from decide.engine import Limits
+    from decide.core.engine import Limits
 
     engine = Engine("stock", FakeTokenizer(), None, OPTIONS, context_window=1_000_000,
                     limits=Limits(max_rows=5))
@@ -181,7 +181,7 @@ def test_a_prior_evicted_by_a_nested_request_is_still_returned():
 
 
 def test_priors_of_the_same_tokens_split_elsewhere_are_kept_apart():
-    from decide.rows import Row
+    from decide.core.rows import Row
 
     reader = ScriptedReader({}, {"x": -1.0}, (1,))
     cache = PriorCache()
@@ -192,7 +192,7 @@ def test_priors_of_the_same_tokens_split_elsewhere_are_kept_apart():
 
 
 def test_the_prior_cache_holds_digests_not_tokens_however_long_the_options():
-    from decide.rows import Row
+    from decide.core.rows import Row
 
     class Reader:
         def read(self, prefix, rows, before_row=None):
@@ -221,8 +221,8 @@ def test_a_prior_row_longer_than_the_window_is_refused_before_decoding():
 
 
 def test_the_prior_cache_is_bounded_in_bytes_whatever_its_entry_count():
-    from decide.priors import FLOAT_BYTES, KEY_BYTES
-    from decide.rows import Row
+    from decide.core.priors import FLOAT_BYTES, KEY_BYTES
+    from decide.core.rows import Row
 
     class Reader:
         def read(self, prefix, rows, before_row=None):

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from decide.engine import Engine
-from decide.profile import Profile
-from decide.protocol import parse_request
-from decide.readout import (
+from decide.core.engine import Engine
+from decide.core.profile import Profile
+from decide.core.protocol import parse_request
+from decide.core.readout import (
     certainty,
     choice_answer,
     choice_confidence,

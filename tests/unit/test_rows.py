@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from decide.engine import Engine
-from decide.labels import pick_labels
-from decide.profile import Profile
-from decide.protocol import parse_request
-from decide.render import state_text
+from decide.core.engine import Engine
+from decide.core.labels import pick_labels
+from decide.core.profile import Profile
+from decide.core.protocol import parse_request
+from decide.core.render import state_text
 from tests.fakes import BOS, FakeTokenizer, RecordingReader, letter_token
 
 
@@ -225,7 +225,7 @@ def test_a_vocabulary_without_255_labels_is_refused_naming_the_model():
         def tokenize(self, text: str) -> list[int]:
             return [ord(char) for char in text]
 
-    from decide.errors import ModelRefused
+    from decide.core.errors import ModelRefused
     with pytest.raises(ModelRefused, match=r"'tiny-model'.*only 26 single-token"):
         pick_labels(Letters(), "tiny-model")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from decide.errors import InvalidRequest
-from decide.protocol import parse_request
-from decide.questions import ChoiceQuestion, NoulQuestion, ScoreQuestion
+from decide.core.errors import InvalidRequest
+from decide.core.protocol import parse_request
+from decide.core.questions import ChoiceQuestion, NoulQuestion, ScoreQuestion
 
 
 def errors_of(body) -> list[dict]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from decide.errors import FieldError, InvalidRequest, Loc
-from decide.render import text_of
+from decide.core.errors import FieldError, InvalidRequest, Loc
+from decide.core.render import text_of
 
 QuestionType = Literal["choice", "noul", "score"]
 QUESTION_TYPES: tuple[QuestionType, ...] = ("choice", "noul", "score")

@@ -17,7 +17,7 @@ import redis
 from celery import Celery
 from kombu import Exchange, Queue
 
-from infra.lanes import CANCEL_CHANNEL, FINISHED_CHANNEL, LANES, TASK_NAME, lane
+from transport.lanes import CANCEL_CHANNEL, FINISHED_CHANNEL, LANES, TASK_NAME, lane
 
 log = logging.getLogger("decide.broker")
 

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from decide.engine import Engine, LabelReader
-from infra.gguf import GgufModel, GgufTokenizer
-from infra.models import ModelConfig, gguf_path, load_profile, require_decision_kind
-from infra.settings import Settings
+from config.settings import Settings
+from decide.core.engine import Engine, LabelReader
+from llm.catalog import ModelConfig, gguf_path, load_profile, require_decision_kind
+from llm.gguf import GgufModel, GgufTokenizer
 
 ReaderFactory = Callable[[GgufModel, int, ModelConfig, Settings], LabelReader]
 

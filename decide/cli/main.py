@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from decide.display import render_decision
-from decide.errors import DecideError, InvalidRequest, RequestTooLarge
-from decide.protocol import DecisionRequest, parse_request
-from infra.models import ConfigError
+from decide.core.display import render_decision
+from decide.core.errors import DecideError, InvalidRequest, RequestTooLarge
+from decide.core.protocol import DecisionRequest, parse_request
+from llm.catalog import ConfigError
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:  # told by the command's own usage, not the top-level one
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     if _decodes_in_process(args):
-        from infra.settings import Settings
+        from config.settings import Settings
         from worker.in_process import use_runner_build
 
         use_runner_build(Settings())
@@ -292,12 +292,12 @@ def run_command(args: argparse.Namespace) -> int:
     if args.url:
         if args.rows:
             raise UsageError("--rows needs the model's vocabulary: run it without --url")
-        from decide.remote import remote_run
+        from decide.cli.remote import remote_run
 
         return remote_run(args, request_body(args))
-    from infra.engines import load_planner
-    from infra.models import load_catalog
-    from infra.settings import Settings
+    from config.settings import Settings
+    from llm.catalog import load_catalog
+    from llm.engines import load_planner
     from worker.loading import load_decoding_engine
 
     request = parse_request(request_body(args))
@@ -347,19 +347,19 @@ def render_rows(engine: Any, request: DecisionRequest) -> str:
 
 
 def submit_command(args: argparse.Namespace) -> int:
-    from decide.remote import submit
+    from decide.cli.remote import submit
 
     return submit(args, request_body(args))
 
 
 def job_command(args: argparse.Namespace) -> int:
-    from decide.remote import job
+    from decide.cli.remote import job
 
     return job(args)
 
 
 def batch_command(args: argparse.Namespace) -> int:
-    from decide.remote import batch
+    from decide.cli.remote import batch
 
     if args.questions:
         with open(args.questions, encoding="utf-8") as handle:
@@ -372,14 +372,14 @@ def batch_command(args: argparse.Namespace) -> int:
 
 
 def results_command(args: argparse.Namespace) -> int:
-    from decide.remote import results
+    from decide.cli.remote import results
 
     return results(args)
 
 
 def models_command(_: argparse.Namespace | None = None) -> int:
-    from infra.models import load_catalog
-    from infra.settings import Settings
+    from config.settings import Settings
+    from llm.catalog import load_catalog
 
     catalog = load_catalog(Settings())
     for name, config in catalog.models.items():
@@ -391,7 +391,7 @@ def models_command(_: argparse.Namespace | None = None) -> int:
 
 
 def keys_command(args: argparse.Namespace) -> int:
-    from infra.keys_file import ensure_keys
+    from config.keys_file import ensure_keys
 
     key = ensure_keys(args.file)
     if key is None:
@@ -407,7 +407,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from infra.settings import Settings
+    from config.settings import Settings
 
     settings = Settings()
     host, port = args.host or settings.host, args.port or settings.port
@@ -430,7 +430,7 @@ def check_command(args: argparse.Namespace) -> int:
     """Exit 0 when the probe decoded right; 1 with the cause and the remedy otherwise."""
     import logging
 
-    from infra.settings import Settings
+    from config.settings import Settings
     from worker.check import format_check, run_check
 
     logging.getLogger("decide.worker").setLevel(logging.CRITICAL)  # the report says it once
@@ -444,7 +444,7 @@ def check_command(args: argparse.Namespace) -> int:
 
 
 def migrate_command(_: argparse.Namespace | None = None) -> int:
-    from infra.settings import Settings
+    from config.settings import Settings
     from store.migrate import upgrade
 
     url = Settings().resolved_database_url
@@ -461,7 +461,7 @@ def migrate_command(_: argparse.Namespace | None = None) -> int:
 def worker_command(args: argparse.Namespace) -> int:
     import logging
 
-    from infra.settings import Settings
+    from config.settings import Settings
     from launch.celery_worker import run_worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -474,7 +474,7 @@ def worker_command(args: argparse.Namespace) -> int:
 def status_command(args: argparse.Namespace) -> int:
     import httpx
 
-    from decide.status_view import render_status
+    from decide.cli.status_view import render_status
 
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     try:
@@ -507,8 +507,8 @@ def eval_command(args: argparse.Namespace) -> int:
             report = evaluate(items, ask, progress)
         model = args.model or "the service's default"
     else:
-        from infra.models import load_catalog
-        from infra.settings import Settings
+        from config.settings import Settings
+        from llm.catalog import load_catalog
         from worker.loading import load_decoding_engine
 
         settings = Settings()
@@ -532,8 +532,8 @@ def eval_command(args: argparse.Namespace) -> int:
 def calibrate_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from infra.models import base_profile, load_catalog, profile_path
-    from infra.settings import Settings
+    from config.settings import Settings
+    from llm.catalog import base_profile, load_catalog, profile_path
     from quality.calibrate import fit_temperatures, read_examples, report, with_temperature
     from quality.evaluate import load_set
     from worker.loading import load_decoding_engine

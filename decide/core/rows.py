@@ -12,10 +12,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from decide.labels import Labels, Tokenizer
-from decide.profile import Profile
-from decide.questions import NOUL_QUESTION, ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
-from decide.render import state_text
+from decide.core.labels import Labels, Tokenizer
+from decide.core.profile import Profile
+from decide.core.questions import (
+    NOUL_QUESTION,
+    ChoiceQuestion,
+    NoulQuestion,
+    Question,
+    ScoreQuestion,
+)
+from decide.core.render import state_text
 
 CONTEXT_HEAD = "Context:\n"
 ANSWER_SLOT = "\nAnswer: ("
@@ -29,8 +35,8 @@ class Row:
     """One prompt the model reads.
 
     A label row (SPEC §3) is read at its answer slot, the logits of ``label_ids``; ``level`` is
-    set for an isolated score level's row. An option row (``decide.option_rows``) is read as the
-    log-probabilities of its last ``continuation`` tokens, the text of option ``option``.
+    set for an isolated score level's row. An option row (``decide.core.option_rows``) is read as
+    the log-probabilities of its last ``continuation`` tokens, the text of option ``option``.
     """
 
     question_id: str

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal
 
-from decide.questions import Question
-from decide.readout import Answer, ChoiceAnswer, NoulAnswer, ScoreAnswer
+from decide.core.questions import Question
+from decide.core.readout import Answer, ChoiceAnswer, NoulAnswer, ScoreAnswer
 
 INDENT = "    "
 PICK = "  * "

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from decide.errors import ModelRefused
+from decide.core.errors import ModelRefused
 
 _TYPES = ("choice", "noul", "score")
 LABEL_READOUT = "labels"
 """SPEC §3: the decider layout, label logits at the answer slot (decider-style models)."""
 OPTION_READOUT = "options"
-"""``decide.option_rows``: each option's text likelihood over its prior (stock models)."""
+"""``decide.core.option_rows``: each option's text likelihood over its prior (stock models)."""
 READOUTS = (LABEL_READOUT, OPTION_READOUT)
 
 

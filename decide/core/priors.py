@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from decide.rows import Row
+from decide.core.rows import Row
 
 DEFAULT_CAPACITY = 4096
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024

@@ -9,8 +9,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from decide.engine import Limits
-from infra.keys_file import read_keys
+from config.keys_file import read_keys
+from decide.core.engine import Limits
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """SPEC §2.4: a body (after decompression) may not be larger than this."""

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from decide.errors import ModelRefused
-from decide.profile import Profile
-from infra.settings import Settings
+from config.settings import Settings
+from decide.core.errors import ModelRefused
+from decide.core.profile import Profile
 
 DEFAULT_MODEL = "gemma-3-270m"
 DEFAULT_GGUF = "gemma-3-270m-q4_k_m.gguf"

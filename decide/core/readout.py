@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from decide.profile import Profile
-from decide.questions import ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
+from decide.core.profile import Profile
+from decide.core.questions import ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
 
 PROBABILITY_DECIMALS = 4
 SCORE_DECIMALS = 2

@@ -6,9 +6,9 @@ import logging
 
 from sqlalchemy import Engine as Database
 
-from infra.broker import Broker
 from store import jobs
 from store.workers import live_counts
+from transport.broker import Broker
 
 log = logging.getLogger("decide.api")
 

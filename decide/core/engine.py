@@ -9,16 +9,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from decide.errors import RequestTooLarge
-from decide.labels import Tokenizer, pick_labels
-from decide.option_rows import OptionRowBuilder, option_count
-from decide.priors import PriorCache
-from decide.profile import OPTION_READOUT, Profile
-from decide.protocol import DecisionRequest
-from decide.questions import Question, ScoreQuestion
-from decide.readout import Answer, answer
-from decide.render import CHUNK_CHARS, render_state
-from decide.rows import Row, RowBuilder, RowPlan, is_isolated
+from decide.core.errors import RequestTooLarge
+from decide.core.labels import Tokenizer, pick_labels
+from decide.core.option_rows import OptionRowBuilder, option_count
+from decide.core.priors import PriorCache
+from decide.core.profile import OPTION_READOUT, Profile
+from decide.core.protocol import DecisionRequest
+from decide.core.questions import Question, ScoreQuestion
+from decide.core.readout import Answer, answer
+from decide.core.render import CHUNK_CHARS, render_state
+from decide.core.rows import Row, RowBuilder, RowPlan, is_isolated
 
 
 class LabelReader(Protocol):

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from decide.questions import Collector, Question, json_kind, parse_questions, raise_if_any
+from decide.core.questions import Collector, Question, json_kind, parse_questions, raise_if_any
 
 DEFAULT_MODEL_PREFIX = "jev-"
 """Any model name starting with this (the SDK sends ``jev-latest``) means the default model."""

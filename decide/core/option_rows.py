@@ -16,10 +16,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from decide.labels import Tokenizer
-from decide.questions import NOUL_QUESTION, ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
-from decide.render import state_text
-from decide.rows import Row, RowPlan
+from decide.core.labels import Tokenizer
+from decide.core.questions import (
+    NOUL_QUESTION,
+    ChoiceQuestion,
+    NoulQuestion,
+    Question,
+    ScoreQuestion,
+)
+from decide.core.render import state_text
+from decide.core.rows import Row, RowPlan
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from decide.display import render_decision
-from decide.protocol import parse_request
-from decide.readout import answer_from_wire
+from decide.core.display import render_decision
+from decide.core.protocol import parse_request
+from decide.core.readout import answer_from_wire
 
 PROGRESS_WIDTH = 30
 

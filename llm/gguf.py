@@ -12,7 +12,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from decide.errors import ModelRefused
+from decide.core.errors import ModelRefused
 
 _backend_lock = threading.Lock()
 _backend_ready = False

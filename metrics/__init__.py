@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -27,10 +27,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
-from sqlalchemy import Engine as Database
-from sqlalchemy import func, select
 
-from infra.lanes import LANES
+from transport.lanes import LANES
 
 # Buckets from a few milliseconds to ten minutes: sync calls and multi-minute backlogs alike.
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
@@ -60,24 +58,24 @@ EXPORTED = ("decide_http_requests_total", "decide_http_request_duration_seconds"
 """Every family name, for the dashboard and alert tests."""
 
 
-class StoreCollector(Collector):
-    """Lane depth, oldest queued job and live workers, read from the source of truth."""
+LaneFigures = dict[tuple[str, str], tuple[int, float | None]]
+"""(model, priority) -> (jobs queued, created_at of the oldest queued job or None)."""
 
-    def __init__(self, db: Database, models: list[str]) -> None:
-        self._db = db
+
+class LaneCollector(Collector):
+    """Lane depth, oldest queued job and live workers, read from the source of truth when
+    scraped, through the two readers the composition root passes in (this module holds no
+    SQL: ``store.status.queued_lanes`` and ``store.workers.live_counts``)."""
+
+    def __init__(self, models: list[str], *, queued_lanes: Callable[[], LaneFigures],
+                 live_workers: Callable[[], dict[str, int]]) -> None:
         self._models = models
+        self._queued_lanes = queued_lanes
+        self._live_workers = live_workers
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from store.jobs import QUEUED
-        from store.tables import jobs
-        from store.workers import live_counts
-
         now = time.time()
-        with self._db.connect() as connection:
-            rows = connection.execute(
-                select(jobs.c.model, jobs.c.priority, func.count(), func.min(jobs.c.created_at))
-                .where(jobs.c.status == QUEUED).group_by(jobs.c.model, jobs.c.priority)).all()
-        lanes = {(model, priority): (count, oldest) for model, priority, count, oldest in rows}
+        lanes = self._queued_lanes()
         depth = GaugeMetricFamily("decide_queue_depth", "Jobs queued per lane",
                                   labels=["model", "priority"])
         age = GaugeMetricFamily("decide_oldest_queued_job_age_seconds",
@@ -91,7 +89,7 @@ class StoreCollector(Collector):
                 age.add_metric([model, priority], 0.0 if oldest is None else now - oldest)
         workers = GaugeMetricFamily("decide_workers", "Live workers per model",
                                     labels=["model"])
-        alive = live_counts(self._db)
+        alive = self._live_workers()
         for model in models:
             workers.add_metric([model], alive.get(model, 0))
         yield from (depth, age, workers)
@@ -100,7 +98,7 @@ class StoreCollector(Collector):
 class Exposition:
     """What ``GET /metrics`` answers in one process."""
 
-    def __init__(self, store: StoreCollector | None = None) -> None:
+    def __init__(self, store: LaneCollector | None = None) -> None:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             self._registry = CollectorRegistry()
             MultiProcessCollector(self._registry)

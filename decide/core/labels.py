@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from decide.errors import ModelRefused
+from decide.core.errors import ModelRefused
 
 LABEL_COUNT = 255
 

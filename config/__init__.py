@@ -1,0 +1,1 @@
+"""Configuration: the one settings class (``DECIDE_*``) and the API keys file."""

@@ -1,1 +1,0 @@
-"""Settings and model configuration (and, later, storage, queues and metrics)."""
