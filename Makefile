@@ -5,16 +5,17 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install start test lint bench
 
-# A virtual environment with the project and its test tools. llama-cpp-python is built from
-# source for a portable CPU baseline by ops/build-llama.sh (a few minutes the first time; the
-# wheel is cached per baseline in ~/.cache/decide/wheels), never for the build host's CPU.
+# A virtual environment with the whole service (the `server` extra) and the test tools.
+# llama-cpp-python is built from source for a portable CPU baseline by ops/build-llama.sh (a few
+# minutes the first time; the wheel is cached per baseline in ~/.cache/decide/wheels), never for
+# the build host's CPU.
 install: $(STAMP)
 
 $(STAMP): pyproject.toml ops/build-llama.sh
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	ops/build-llama.sh $(PY)
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[server,test]'
 	touch $(STAMP)
 
 # The embedded default: SQLite under the data directory, an in-process worker, 127.0.0.1:8000,
@@ -27,7 +28,7 @@ start: install
 # ruff, then the dependency rules of pyproject.toml's [tool.importlinter] (README, "Layout")
 lint: install
 	$(PY) -m ruff check .
-	$(VENV)/bin/lint-imports --no-cache
+	$(PY) -m tests.support.lint_imports
 
 # Stops at once, naming what to install, where a tool or service the tests use is missing.
 test: lint

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import time
 
+from decide.api.context import ApiContext
+from decide.api.errors import install_error_handlers
+from decide.api.routes import batches, decisions, health, jobs, models, usage
+from decide.api.schemas import install_schemas
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-import metrics
-from api.context import ApiContext
-from api.errors import install_error_handlers
-from api.routes import batches, decisions, health, jobs, models, usage
-from api.schemas import install_schemas
+from decide import metrics
 
 
 def create_app(context: ApiContext) -> FastAPI:

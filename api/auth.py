@@ -10,9 +10,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+from decide.api.errors import ApiError
 from fastapi import Request
-
-from api.errors import ApiError
 
 PUBLIC_OWNER = "public"
 

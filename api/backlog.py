@@ -12,9 +12,8 @@ from __future__ import annotations
 import threading
 import time
 
+from decide.store import jobs
 from sqlalchemy import Engine as Database
-
-from store import jobs
 
 MAX_AGE_SECONDS = 1.0
 

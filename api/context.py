@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from decide.api.auth import Authenticator
+from decide.api.backlog import LaneBacklog
+from decide.api.errors import not_found
+from decide.api.quotas import Quotas
+from decide.config.settings import Settings
+from decide.llm.catalog import Catalog, ModelConfig
+from decide.metrics import Exposition
+from decide.transport.events import JobEvents
+from decide.transport.queue import JobQueue
 from sqlalchemy import Engine as Database
 
-from api.auth import Authenticator
-from api.backlog import LaneBacklog
-from api.errors import not_found
-from api.quotas import Quotas
-from config.settings import Settings
 from decide.core.engine import Engine
-from llm.catalog import Catalog, ConfigError, ModelConfig
-from metrics import Exposition
-from transport.events import JobEvents
-from transport.queue import JobQueue
+from decide.core.errors import ConfigError
 
 
 @dataclass

@@ -21,14 +21,13 @@ import math
 import time
 from dataclasses import dataclass
 
+from decide.api.errors import ApiError
+from decide.config.settings import Settings
+from decide.store import jobs
 from limits import RateLimitItemPerMinute
 from limits.storage import storage_from_string
 from limits.strategies import SlidingWindowCounterRateLimiter
 from sqlalchemy import Engine as Database
-
-from api.errors import ApiError
-from config.settings import Settings
-from store import jobs
 
 log = logging.getLogger("decide.api")
 ROWS_PER_SECOND_GUESS = 20

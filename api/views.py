@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from store.batches import BatchRecord, Progress
-from store.jobs import JobRecord
+from decide.store.batches import BatchRecord, Progress
+from decide.store.jobs import JobRecord
 
 
 def timestamp(seconds: float | None) -> str | None:

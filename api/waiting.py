@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from decide.api.context import ApiContext
+from decide.store import jobs
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.concurrency import run_in_threadpool
-
-from api.context import ApiContext
-from store import jobs
 
 POLL_SECONDS = 0.5
 """How often a waiter re-reads the database while finishes are not announced."""

@@ -3,17 +3,16 @@
 
 from __future__ import annotations
 
+from decide.config.settings import Settings
 from fastapi import FastAPI
-
-from config.settings import Settings
 
 
 def make_app() -> FastAPI:
     settings = Settings()
     if settings.embedded:
-        from launch.embedded import build_embedded
+        from decide.launch.embedded import build_embedded
 
         return build_embedded(settings)
-    from launch.distributed import build_distributed
+    from decide.launch.distributed import build_distributed
 
     return build_distributed(settings)

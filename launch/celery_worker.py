@@ -18,18 +18,18 @@ import threading
 import time
 
 from celery.signals import worker_shutting_down
+from decide.config.settings import Settings
+from decide.llm.catalog import load_catalog
+from decide.store.db import make_engine
+from decide.store.workers import Heartbeat, new_worker_id
+from decide.transport.broker import Broker, ChannelListener
+from decide.transport.lanes import CANCEL_CHANNEL, TASK_NAME, lanes_of
+from decide.worker.delivery import Delivery
+from decide.worker.execute import LEAVING, CancelledJobs, run_job
+from decide.worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
 from prometheus_client import start_http_server
 
-import metrics
-from config.settings import Settings
-from llm.catalog import load_catalog
-from store.db import make_engine
-from store.workers import Heartbeat, new_worker_id
-from transport.broker import Broker, ChannelListener
-from transport.lanes import CANCEL_CHANNEL, TASK_NAME, lanes_of
-from worker.delivery import Delivery
-from worker.execute import LEAVING, CancelledJobs, run_job
-from worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
+from decide import metrics
 
 log = logging.getLogger("decide.worker")
 FOREGROUND_LOOK_SECONDS = 0.02

@@ -5,22 +5,21 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+from decide.api.app import create_app
+from decide.api.auth import Authenticator
+from decide.api.backlog import LaneBacklog
+from decide.api.context import ApiContext
+from decide.api.quotas import Quotas
+from decide.config.settings import Settings
+from decide.llm.catalog import Catalog
+from decide.llm.engines import load_planner
+from decide.metrics import Exposition, LaneCollector
+from decide.store.status import queued_lanes
+from decide.store.workers import live_counts
+from decide.transport.events import JobEvents
+from decide.transport.queue import JobQueue
 from fastapi import FastAPI
 from sqlalchemy import Engine as Database
-
-from api.app import create_app
-from api.auth import Authenticator
-from api.backlog import LaneBacklog
-from api.context import ApiContext
-from api.quotas import Quotas
-from config.settings import Settings
-from llm.catalog import Catalog
-from llm.engines import load_planner
-from metrics import Exposition, LaneCollector
-from store.status import queued_lanes
-from store.workers import live_counts
-from transport.events import JobEvents
-from transport.queue import JobQueue
 
 
 def api_context(settings: Settings, db: Database, catalog: Catalog, queue: JobQueue,

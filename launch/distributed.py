@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
+from decide.config.settings import Settings
+from decide.launch.common import api_context, app_for
+from decide.llm.catalog import load_catalog
+from decide.store.db import make_engine
+from decide.store.migrate import require_head
+from decide.transport.broker import Broker, ChannelListener
+from decide.transport.celery_queue import CeleryQueue
+from decide.transport.events import JobEvents
+from decide.transport.lanes import FINISHED_CHANNEL
 from fastapi import FastAPI
-
-from config.settings import Settings
-from launch.common import api_context, app_for
-from llm.catalog import load_catalog
-from store.db import make_engine
-from store.migrate import require_head
-from transport.broker import Broker, ChannelListener
-from transport.celery_queue import CeleryQueue
-from transport.events import JobEvents
-from transport.lanes import FINISHED_CHANNEL
 
 
 def build_distributed(settings: Settings) -> FastAPI:

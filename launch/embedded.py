@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+from decide.config.settings import Settings
+from decide.launch.common import api_context, app_for
+from decide.llm.catalog import load_catalog
+from decide.store.db import make_engine
+from decide.store.migrate import upgrade
+from decide.transport.events import JobEvents
+from decide.worker.embedded import EmbeddedWorker
 from fastapi import FastAPI
-
-from config.settings import Settings
-from launch.common import api_context, app_for
-from llm.catalog import load_catalog
-from store.db import make_engine
-from store.migrate import upgrade
-from transport.events import JobEvents
-from worker.embedded import EmbeddedWorker
 
 
 def build_embedded(settings: Settings) -> FastAPI:

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from config.settings import Settings
-from decide.core.errors import ModelRefused
+from decide.config.settings import Settings
+
+from decide.core.errors import ConfigError, ModelRefused
 from decide.core.profile import Profile
 
 DEFAULT_MODEL = "gemma-3-270m"
@@ -39,10 +40,6 @@ EMBEDDED_PROFILE = Path(__file__).with_name("embedded_profile.json")
 """The embedded default's profile: the option readout, temperatures fitted by
 ``decide calibrate`` on ``quality/calibration.jsonl`` (EVALUATION.md)."""
 DECISION_KIND = "decision"
-
-
-class ConfigError(Exception):
-    """The models configuration itself is wrong (a bad file, an unknown name)."""
 
 
 @dataclass(frozen=True)

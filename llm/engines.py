@@ -10,10 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from config.settings import Settings
+from decide.config.settings import Settings
+from decide.llm.catalog import ModelConfig, gguf_path, load_profile, require_decision_kind
+from decide.llm.gguf import GgufModel, GgufTokenizer
+
 from decide.core.engine import Engine, LabelReader
-from llm.catalog import ModelConfig, gguf_path, load_profile, require_decision_kind
-from llm.gguf import GgufModel, GgufTokenizer
 
 ReaderFactory = Callable[[GgufModel, int, ModelConfig, Settings], LabelReader]
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from alembic import context
-
-from config.settings import Settings
-from store.db import make_engine
-from store.tables import metadata
+from decide.config.settings import Settings
+from decide.store.db import make_engine
+from decide.store.tables import metadata
 
 url = context.config.get_main_option("sqlalchemy.url") or Settings().resolved_database_url
 engine = make_engine(url)

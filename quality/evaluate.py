@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quality.metrics import (
+from decide.quality.metrics import (
     Scored,
     accuracy,
     brier,

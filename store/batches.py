@@ -8,10 +8,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from decide.store.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, STATUSES, new_id
+from decide.store.tables import batches, jobs
 from sqlalchemy import Engine, func, select, update
-
-from store.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, STATUSES, new_id
-from store.tables import batches, jobs
 
 INSERT_CHUNK = 5_000
 

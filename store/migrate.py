@@ -9,7 +9,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-import migrations
+from decide import migrations
 
 SCRIPT_LOCATION = str(Path(migrations.__file__).resolve().parent)
 
@@ -37,7 +37,7 @@ def upgrade(url: str) -> list[str]:
 
 
 def current_revision(url: str) -> str | None:
-    from store.db import make_engine
+    from decide.store.db import make_engine
 
     engine = make_engine(url)
     try:

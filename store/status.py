@@ -5,11 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from decide.store.jobs import PRIORITIES, QUEUED, RUNNING
+from decide.store.tables import jobs, usage
+from decide.store.workers import live_counts
 from sqlalchemy import Engine, func, select
-
-from store.jobs import PRIORITIES, QUEUED, RUNNING
-from store.tables import jobs, usage
-from store.workers import live_counts
 
 WINDOW_SECONDS = 60.0
 

@@ -8,10 +8,9 @@ import socket
 import threading
 import uuid
 
+from decide.store.clock import database_now
+from decide.store.tables import workers
 from sqlalchemy import Engine, delete, func, select, update
-
-from store.clock import database_now
-from store.tables import workers
 
 log = logging.getLogger("decide.worker")
 

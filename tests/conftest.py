@@ -6,16 +6,15 @@ use on this host (``worker.in_process``), so in-process answers and the service'
 from __future__ import annotations
 
 import pytest
-
-from config.settings import Settings
-from worker.in_process import use_runner_build
+from decide.config.settings import Settings
+from decide.worker.in_process import use_runner_build
 
 use_runner_build(Settings())
 
 
 @pytest.fixture(scope="session")
 def settings():
-    from config.settings import Settings
+    from decide.config.settings import Settings
 
     return Settings()
 
@@ -23,8 +22,8 @@ def settings():
 @pytest.fixture(scope="session")
 def default_engine(settings):
     """The embedded gemma-3-270m through llama-cpp-python (assembled on first use)."""
-    from llm.catalog import load_catalog
-    from worker.loading import load_decoding_engine
+    from decide.llm.catalog import load_catalog
+    from decide.worker.loading import load_decoding_engine
 
     loaded = load_decoding_engine(load_catalog(settings).get(None), settings)
     yield loaded
@@ -35,10 +34,11 @@ def default_engine(settings):
 def label_engine(default_engine):
     """The same loaded model read the SPEC §3 way (the decider layout, label logits), as a
     decider-style GGUF with a ``decider_config.json`` is read."""
+    from decide.llm.engines import LoadedEngine
+    from decide.llm.gguf import GgufTokenizer
+
     from decide.core.engine import Engine
     from decide.core.profile import Profile
-    from llm.engines import LoadedEngine
-    from llm.gguf import GgufTokenizer
 
     model = default_engine.model
     engine = Engine(default_engine.engine.model_name, GgufTokenizer(model),

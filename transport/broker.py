@@ -15,9 +15,8 @@ from collections.abc import Callable
 
 import redis
 from celery import Celery
+from decide.transport.lanes import CANCEL_CHANNEL, FINISHED_CHANNEL, LANES, TASK_NAME, lane
 from kombu import Exchange, Queue
-
-from transport.lanes import CANCEL_CHANNEL, FINISHED_CHANNEL, LANES, TASK_NAME, lane
 
 log = logging.getLogger("decide.broker")
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 
+from decide.store import jobs
+from decide.store.workers import live_counts
+from decide.transport.broker import Broker
 from sqlalchemy import Engine as Database
-
-from store import jobs
-from store.workers import live_counts
-from transport.broker import Broker
 
 log = logging.getLogger("decide.api")
 

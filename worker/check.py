@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.settings import Settings
-from worker.probe import TOLERANCE
-from worker.runner_client import Runner
+from decide.config.settings import Settings
+from decide.worker.probe import TOLERANCE
+from decide.worker.runner_client import Runner
 
 
 def run_check(settings: Settings, model: str | None) -> tuple[bool, dict[str, Any], str | None]:

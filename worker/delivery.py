@@ -23,14 +23,13 @@ import logging
 import threading
 import time
 
+from decide.store import jobs
+from decide.store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
+from decide.transport.broker import Broker
+from decide.transport.lanes import LANES
+from decide.worker.turns import KeyTurns
 from sqlalchemy import Engine as Database
 from sqlalchemy import text
-
-from store import jobs
-from store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
-from transport.broker import Broker
-from transport.lanes import LANES
-from worker.turns import KeyTurns
 
 log = logging.getLogger("decide.delivery")
 TICK_SECONDS = 0.2

@@ -16,17 +16,17 @@ import logging
 import threading
 import time
 
+from decide.config.settings import Settings
+from decide.llm.catalog import Catalog
+from decide.store import jobs
+from decide.store.workers import Heartbeat, new_worker_id
+from decide.transport.events import JobEvents
+from decide.worker.execute import LEAVING, CancelledJobs, run_job
+from decide.worker.fair_queue import FairQueue
+from decide.worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
 from sqlalchemy import Engine as Database
 
-import metrics
-from config.settings import Settings
-from llm.catalog import Catalog
-from store import jobs
-from store.workers import Heartbeat, new_worker_id
-from transport.events import JobEvents
-from worker.execute import LEAVING, CancelledJobs, run_job
-from worker.fair_queue import FairQueue
-from worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
+from decide import metrics
 
 log = logging.getLogger("decide.worker")
 READY_POLL_SECONDS = 0.5

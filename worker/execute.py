@@ -13,15 +13,15 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from decide.store import jobs
+from decide.worker.runner_client import RunnerCrashed, RunnerUnavailable
 from sqlalchemy import Engine as Database
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-import metrics
+from decide import metrics
 from decide.core.engine import Decision
 from decide.core.errors import DecideError
 from decide.core.protocol import parse_request
-from store import jobs
-from worker.runner_client import RunnerCrashed, RunnerUnavailable
 
 log = logging.getLogger("decide.worker")
 CANCEL_CHECK_SECONDS = 1.0

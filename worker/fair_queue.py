@@ -12,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 
-from transport.lanes import LANES
+from decide.transport.lanes import LANES
 
 FOREGROUND = LANES[0]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 
-from config.settings import Settings
-from worker.threads import apply_wait_policy
-from worker.variants import (
+from decide.config.settings import Settings
+from decide.worker.threads import apply_wait_policy
+from decide.worker.variants import (
     LIBRARY_PATH_VARIABLE,
     Variant,
     candidates,
@@ -31,7 +31,7 @@ def use_runner_build(settings: Settings) -> Variant:
     if len(choices) > 1 and "llama_cpp" not in sys.modules:
         proven = proven_variant(settings.data_dir, choices)
         if proven is None:
-            from worker.runner_client import Runner
+            from decide.worker.runner_client import Runner
 
             runner = Runner(settings, builds=choices)
             runner.start()

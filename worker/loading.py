@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from config.settings import Settings
-from llm.catalog import ModelConfig
-from llm.engines import LoadedEngine, gpu_layers, load_engine
-from llm.gguf import GgufModel
-from worker.reader import LlamaReader
+from decide.config.settings import Settings
+from decide.llm.catalog import ModelConfig
+from decide.llm.engines import LoadedEngine, gpu_layers, load_engine
+from decide.llm.gguf import GgufModel
+from decide.worker.reader import LlamaReader
 
 
 def _make_reader(model: GgufModel, window: int, config: ModelConfig,

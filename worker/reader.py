@@ -34,10 +34,8 @@ from collections.abc import Callable, Sequence
 
 import llama_cpp
 import numpy as np
-
-from decide.core.rows import Row
-from llm.gguf import GgufModel
-from worker.packing import (
+from decide.llm.gguf import GgufModel
+from decide.worker.packing import (
     GROUP,
     Rows,
     batches,
@@ -46,7 +44,9 @@ from worker.packing import (
     rounds,
     split_row,
 )
-from worker.threads import default_threads
+from decide.worker.threads import default_threads
+
+from decide.core.rows import Row
 
 DEFAULT_BATCH = 512
 OPTION_SEQUENCES = 128

@@ -85,7 +85,7 @@ def _portable(error: Exception) -> Exception:
 
 class _Server:
     def __init__(self, connection: Connection, settings: Any) -> None:
-        from llm.catalog import load_catalog
+        from decide.llm.catalog import load_catalog
 
         self._connection = connection
         self._settings = settings
@@ -93,7 +93,7 @@ class _Server:
         self._loaded: dict[str, Any] = {}
 
     def engine_for(self, model: str) -> Any:
-        from worker.loading import load_decoding_engine
+        from decide.worker.loading import load_decoding_engine
 
         if model not in self._loaded:
             self._loaded[model] = load_decoding_engine(self._catalog.get(model),
@@ -102,8 +102,8 @@ class _Server:
 
     def start(self, model: str | None) -> dict[str, Any]:
         """Load the model, decode the probe, and say what was found."""
-        from llm.catalog import gguf_path
-        from worker.probe import build_info, host_info, run_probe
+        from decide.llm.catalog import gguf_path
+        from decide.worker.probe import build_info, host_info, run_probe
 
         config = self._catalog.get(model)
         name = config.name
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     connection = Connection(args.fd)
     kind, settings, model = connection.recv()
     assert kind == "init"
-    from worker.threads import apply_wait_policy
+    from decide.worker.threads import apply_wait_policy
 
     wait_policy = apply_wait_policy()  # before llama.cpp (and its OpenMP) is loaded
     try:

@@ -18,12 +18,13 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from config.settings import Settings
+from decide.config.settings import Settings
+from decide.worker.crashes import describe_exit
+from decide.worker.probe import ProbeFailed
+from decide.worker.variants import Variant, candidates, environment_for, host_flags, record_proof
+
 from decide.core.engine import Decision
 from decide.core.protocol import DecisionRequest
-from worker.crashes import describe_exit
-from worker.probe import ProbeFailed
-from worker.variants import Variant, candidates, environment_for, host_flags, record_proof
 
 log = logging.getLogger("decide.worker")
 
@@ -59,7 +60,7 @@ class Runner:
                  builds: list[Variant] | None = None) -> None:
         self._settings = settings
         self._model = model
-        self._argv = argv or [sys.executable, "-m", "worker.runner"]
+        self._argv = argv or [sys.executable, "-m", "decide.worker.runner"]
         self._builds = builds or candidates(host_flags(), settings.cpu_variant)
         self._build = 0
         self.rejected: list[str] = []

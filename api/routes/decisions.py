@@ -5,21 +5,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from decide.api.body import read_json
+from decide.api.context import ApiContext
+from decide.api.errors import ApiError
+from decide.api.routes.deps import Context, Owner
+from decide.api.schemas import (
+    JobSchema,
+    SystemOneRequest,
+    SystemOneResponse,
+    request_body,
+    responses,
+)
+from decide.api.submit import accept, checked_priority
+from decide.api.views import job_view, sync_response
+from decide.api.waiting import wait_finished
+from decide.store import jobs
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.concurrency import run_in_threadpool
 
-import metrics
-from api.body import read_json
-from api.context import ApiContext
-from api.errors import ApiError
-from api.routes.deps import Context, Owner
-from api.schemas import JobSchema, SystemOneRequest, SystemOneResponse, request_body, responses
-from api.submit import accept, checked_priority
-from api.views import job_view, sync_response
-from api.waiting import wait_finished
-from store import jobs
+from decide import metrics
 
 router = APIRouter()
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from decide.api.context import ApiContext
 from fastapi import Depends, Request
-
-from api.context import ApiContext
 
 
 def context(request: Request) -> ApiContext:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from decide.api.routes.deps import Context, Owner
+from decide.store.status import lane_status
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
-
-from api.routes.deps import Context, Owner
-from store.status import lane_status
 
 router = APIRouter()
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+from decide.api.body import read_json
+from decide.api.errors import invalid, not_found
+from decide.api.routes.deps import Context, Owner
+from decide.api.schemas import JobList, JobRequest, JobSchema, request_body, responses
+from decide.api.submit import accept, checked_metadata, checked_priority, owned_job
+from decide.api.views import job_view
+from decide.api.waiting import wait_finished
+from decide.store import jobs
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-import metrics
-from api.body import read_json
-from api.errors import invalid, not_found
-from api.routes.deps import Context, Owner
-from api.schemas import JobList, JobRequest, JobSchema, request_body, responses
-from api.submit import accept, checked_metadata, checked_priority, owned_job
-from api.views import job_view
-from api.waiting import wait_finished
-from store import jobs
+from decide import metrics
 
 router = APIRouter()
 MAX_WAIT_SECONDS = 60.0

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from decide.api.routes.deps import Context, Owner
 from fastapi import APIRouter
-
-from api.routes.deps import Context, Owner
 
 router = APIRouter()
 DEFAULT_ALIAS = "jev-latest"

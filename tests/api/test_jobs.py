@@ -146,7 +146,7 @@ def test_metadata_over_16_kib_is_refused(alpha):
 
 
 def test_keys_are_never_stored_in_clear(alpha, keyed_server):
-    from api.auth import key_id
+    from decide.api.auth import key_id
 
     alpha.post("/v1/jobs", json={"state": TICKET, "questions": {"r": NOUL}})
     stored = b"".join(path.read_bytes() for path in keyed_server.root.glob("jobs.db*"))

@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 import redis
+from decide.transport.broker import Broker
 
 from tests.slow_work import distinct_nouls
-from transport.broker import Broker
 
 pytestmark = pytest.mark.model
 
@@ -119,7 +119,7 @@ def test_foreground_goes_before_a_background_backlog(cluster):
 
 
 def test_several_workers_and_models_side_by_side(cluster_factory, tmp_path, settings):
-    from llm.catalog import install_embedded_default
+    from decide.llm.catalog import install_embedded_default
 
     gguf = install_embedded_default(settings.data_dir)
     models = tmp_path / "models.toml"

@@ -22,9 +22,9 @@ NOUL = {"type": "noul", "instructions": "Is it about money?"}
 
 @pytest.fixture(scope="module")
 def vocabulary(settings):
-    from llm.catalog import load_catalog
-    from llm.engines import load_planner
-    from llm.gguf import GgufTokenizer
+    from decide.llm.catalog import load_catalog
+    from decide.llm.engines import load_planner
+    from decide.llm.gguf import GgufTokenizer
 
     loaded = load_planner(load_catalog(settings).get(None), settings)
     yield GgufTokenizer(loaded.model)

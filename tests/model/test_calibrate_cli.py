@@ -8,8 +8,7 @@ import subprocess
 import sys
 
 import pytest
-
-from quality.evaluate import load_set
+from decide.quality.evaluate import load_set
 
 pytestmark = pytest.mark.model
 
@@ -21,7 +20,7 @@ def decide(*args: str, env: dict) -> subprocess.CompletedProcess:
 
 
 def test_calibrate_writes_the_temperatures_into_the_profile(tmp_path, settings):
-    from llm.catalog import install_embedded_default
+    from decide.llm.catalog import install_embedded_default
 
     gguf = install_embedded_default(settings.data_dir)
     profile = tmp_path / "profile.json"
@@ -56,7 +55,7 @@ def test_calibrate_writes_the_temperatures_into_the_profile(tmp_path, settings):
 
 
 def test_a_dry_run_leaves_the_profile_alone(tmp_path, settings):
-    from llm.catalog import install_embedded_default
+    from decide.llm.catalog import install_embedded_default
 
     gguf = install_embedded_default(settings.data_dir)
     profile = tmp_path / "profile.json"

@@ -35,7 +35,7 @@ def half_up(value: float, places: str, scale: int = 1) -> str:
 @pytest.fixture(scope="module")
 def decider_models(tmp_path_factory, settings):
     """A models file naming the embedded GGUF ``gemma-decider`` with a SPEC §3 profile."""
-    from llm.catalog import install_embedded_default
+    from decide.llm.catalog import install_embedded_default
 
     root = tmp_path_factory.mktemp("decider")
     gguf = install_embedded_default(settings.data_dir)
@@ -187,7 +187,7 @@ def test_a_body_over_32_mib_is_refused(tmp_path):
 
 
 def test_a_model_of_another_kind_is_refused_naming_it(tmp_path, settings):
-    from llm.catalog import install_embedded_default
+    from decide.llm.catalog import install_embedded_default
 
     gguf = install_embedded_default(settings.data_dir)
     models = tmp_path / "models.toml"
@@ -200,7 +200,7 @@ def test_a_model_of_another_kind_is_refused_naming_it(tmp_path, settings):
 
 
 def test_a_configured_gguf_with_a_profile_answers_under_its_name(tmp_path, settings):
-    from llm.catalog import install_embedded_default
+    from decide.llm.catalog import install_embedded_default
 
     gguf = install_embedded_default(settings.data_dir)
     profile = tmp_path / "profile.json"

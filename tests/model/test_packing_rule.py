@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from worker.packing import (
+from decide.worker.packing import (
     GROUP,
     ROW_SAFE_TYPES,
     UBATCH,

@@ -100,8 +100,9 @@ def test_answers_are_well_formed_on_the_real_model(loaded):
 
 def test_option_rows_score_likely_words_higher(default_engine):
     """The reader's continuation log-probabilities: a fitting word outscores an unfitting one."""
+    from decide.llm.gguf import GgufTokenizer
+
     from decide.core.option_rows import OptionRowBuilder
-    from llm.gguf import GgufTokenizer
 
     question = parse_request({"state": "s", "questions": {"c": {
         "type": "choice", "instructions": "What is the capital of France?",
@@ -154,7 +155,7 @@ def test_a_failure_while_reading_a_piece_leaves_the_cache_consistent(default_eng
                                                                      monkeypatch):
     """An error after the piece reached llama.cpp but before the reader noted it: the reader
     forgets its cache, so the next reads decode from scratch and give the usual numbers."""
-    import worker.reader as reader_module
+    import decide.worker.reader as reader_module
 
     reader = default_engine.reader
     plan = default_engine.engine.plan(parse_request({"state": TICKET,

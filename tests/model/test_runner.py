@@ -11,12 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from config.settings import Settings
-from decide.core.protocol import parse_request
-from tests.slow_work import distinct_nouls
-from worker.probe import PROBE_REQUEST
-from worker.runner_client import (
+from decide.config.settings import Settings
+from decide.worker.probe import PROBE_REQUEST
+from decide.worker.runner_client import (
     FAILED,
     READY,
     Runner,
@@ -24,7 +21,10 @@ from worker.runner_client import (
     RunnerRestarted,
     RunnerUnavailable,
 )
-from worker.variants import Variant, installed_baseline
+from decide.worker.variants import Variant, installed_baseline
+
+from decide.core.protocol import parse_request
+from tests.slow_work import distinct_nouls
 
 pytestmark = pytest.mark.model
 

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 
-from llm.catalog import DEFAULT_GGUF, install_embedded_default
+from decide.llm.catalog import DEFAULT_GGUF, install_embedded_default
 
 ASSEMBLE = ("import sys; from pathlib import Path; from llm.catalog import "
             "install_embedded_default; print(install_embedded_default(Path(sys.argv[1])))")

@@ -9,8 +9,7 @@ import subprocess
 from pathlib import Path
 
 import yaml
-
-from metrics import EXPORTED
+from decide.metrics import EXPORTED
 
 OPS = Path(__file__).resolve().parents[2] / "ops"
 ROOT = OPS.parent

@@ -8,9 +8,8 @@ import uuid
 
 import psycopg
 import pytest
-
-from store.db import make_engine
-from store.migrate import upgrade
+from decide.store.db import make_engine
+from decide.store.migrate import upgrade
 
 POSTGRES_ADMIN = os.environ.get("DECIDE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 

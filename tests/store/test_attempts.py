@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import pytest
+from decide.api.views import batch_view
+from decide.config.settings import Settings
+from decide.store import batches, jobs
+from decide.store.tables import usage
+from decide.store.workers import beat
 from pydantic import ValidationError
 from sqlalchemy import func, select
-
-from api.views import batch_view
-from config.settings import Settings
-from store import batches, jobs
-from store.tables import usage
-from store.workers import beat
 
 REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
 DEAD = "worker-dead"
@@ -214,7 +213,7 @@ class RecordingBroker:
 
 
 def test_delivery_fails_a_poison_job_and_announces_it(db, caplog):
-    from worker.delivery import Delivery
+    from decide.worker.delivery import Delivery
 
     poison, fresh = new(db), new(db)
     crash_until_runs(db, poison, 2)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
-from store.db import make_engine
-from store.migrate import upgrade
-from worker import delivery
-from worker.delivery import Delivery
+from decide.store.db import make_engine
+from decide.store.migrate import upgrade
+from decide.worker import delivery
+from decide.worker.delivery import Delivery
 
 
 def test_a_frozen_leader_loses_the_lock_and_knows_it_when_it_wakes(postgres_url, monkeypatch):

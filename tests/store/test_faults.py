@@ -9,12 +9,12 @@ import os
 import socket
 import time
 
+from decide.store import batches, jobs
+from decide.store.workers import beat, live_counts, new_worker_id
+from decide.worker import execute
 from sqlalchemy.exc import OperationalError
 
 from decide.core.engine import Decision
-from store import batches, jobs
-from store.workers import beat, live_counts, new_worker_id
-from worker import execute
 
 REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
 
@@ -200,12 +200,12 @@ class AnsweringRunner:
 
 
 def test_the_embedded_worker_outlives_a_retention_error(tmp_path, monkeypatch):
-    from config.settings import Settings
-    from llm.catalog import load_catalog
-    from store.db import make_engine
-    from store.migrate import upgrade
-    from transport.events import JobEvents
-    from worker.embedded import EmbeddedWorker
+    from decide.config.settings import Settings
+    from decide.llm.catalog import load_catalog
+    from decide.store.db import make_engine
+    from decide.store.migrate import upgrade
+    from decide.transport.events import JobEvents
+    from decide.worker.embedded import EmbeddedWorker
 
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     upgrade(url)
@@ -253,12 +253,12 @@ class RowsRunner(AnsweringRunner):
 
 def test_a_refused_claim_of_a_foreground_job_between_rows_loses_neither_job(tmp_path,
                                                                           monkeypatch):
-    from config.settings import Settings
-    from llm.catalog import load_catalog
-    from store.db import make_engine
-    from store.migrate import upgrade
-    from transport.events import JobEvents
-    from worker.embedded import EmbeddedWorker
+    from decide.config.settings import Settings
+    from decide.llm.catalog import load_catalog
+    from decide.store.db import make_engine
+    from decide.store.migrate import upgrade
+    from decide.transport.events import JobEvents
+    from decide.worker.embedded import EmbeddedWorker
 
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     upgrade(url)
@@ -316,7 +316,7 @@ class SendingBroker:
 
 
 def test_an_accepted_job_whose_sent_mark_fails_is_still_accepted(db, monkeypatch):
-    from transport.celery_queue import CeleryQueue
+    from decide.transport.celery_queue import CeleryQueue
 
     job_id = new(db)
     broker = SendingBroker()

@@ -5,18 +5,16 @@ from __future__ import annotations
 import threading
 
 import pytest
+from decide.store import jobs
+from decide.store.migrate import upgrade
 from sqlalchemy import inspect
-
-from store import jobs
-from store.migrate import upgrade
 
 REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
 
 
 def usage_count(db) -> int:
+    from decide.store.tables import usage
     from sqlalchemy import func, select
-
-    from store.tables import usage
 
     with db.connect() as connection:
         return connection.execute(select(func.count()).select_from(usage)).scalar()
@@ -53,9 +51,8 @@ def test_a_job_is_claimed_once_and_finished_once(db):
 
 
 def test_usage_records_what_the_job_read_and_only_for_a_success(db):
+    from decide.store.tables import usage
     from sqlalchemy import select
-
-    from store.tables import usage
 
     done, _ = new(db)
     jobs.finish_job(db, jobs.claim_job(db, done.id), status=jobs.SUCCEEDED, result={},
@@ -123,7 +120,7 @@ def test_lists_lanes_and_retention(db):
 
 
 def test_old_queued_jobs_expire_and_batches_go_with_their_jobs(db):
-    from store import batches
+    from decide.store import batches
 
     batch, job_ids = batches.create_batch(db, owner="alice", model="m", priority="background",
                                           questions={"r": {"type": "noul"}}, metadata=None,
@@ -145,8 +142,8 @@ def test_ids_made_in_one_millisecond_still_sort_by_creation():
 
 
 def test_cancelling_a_finished_batch_leaves_it_completed_with_its_counts(db):
-    from api.views import batch_view
-    from store import batches
+    from decide.api.views import batch_view
+    from decide.store import batches
 
     batch, job_ids = batches.create_batch(db, owner="alice", model="m", priority="background",
                                           questions={"r": {"type": "noul"}}, metadata=None,
@@ -162,8 +159,8 @@ def test_cancelling_a_finished_batch_leaves_it_completed_with_its_counts(db):
 
 
 def test_cancelling_a_batch_with_work_left_cancels_what_is_left(db):
-    from api.views import batch_view
-    from store import batches
+    from decide.api.views import batch_view
+    from decide.store import batches
 
     batch, job_ids = batches.create_batch(db, owner="alice", model="m", priority="background",
                                           questions={"r": {"type": "noul"}}, metadata=None,
@@ -188,8 +185,8 @@ def test_migrate_says_what_it_applied(tmp_path, monkeypatch, capsys):
 
 
 def test_usage_is_summed_by_the_database_per_group(db):
-    from store.tables import usage
-    from store.usage import summarize
+    from decide.store.tables import usage
+    from decide.store.usage import summarize
 
     day = 86400 * 20_000  # 2024-10-04, midnight UTC
     for owner, model, at, rows in (("alice", "m", day + 10, 2), ("alice", "m", day + 3700, 3),

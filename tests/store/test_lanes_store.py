@@ -5,9 +5,8 @@ each key's unsent jobs for the feeder, the key and lane sums, summaries without 
 from __future__ import annotations
 
 import pytest
+from decide.store import batches, jobs
 from sqlalchemy import text
-
-from store import batches, jobs
 
 
 def queue(db, owner: str, count: int, *, priority: str = "background", rows: int = 1,
@@ -80,8 +79,8 @@ PARTIAL = tuple(READS)
 def test_each_lane_read_is_served_by_a_partial_index_of_queued_jobs(postgres_url, index):
     """Not the table: the planner may pick another of the queued-only indexes where the data
     makes it as cheap, but never a scan over every job ever kept."""
-    from store.db import make_engine
-    from store.migrate import upgrade
+    from decide.store.db import make_engine
+    from decide.store.migrate import upgrade
 
     upgrade(postgres_url)
     engine = make_engine(postgres_url)

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import math
 
+from decide.quality.calibrate import (
+    Example,
+    fit_temperatures,
+    log_loss,
+    scored,
+    threshold_for,
+    tiers,
+)
+from decide.quality.metrics import Scored
+
 from decide.core.engine import Reading
 from decide.core.profile import Profile
 from decide.core.protocol import parse_request
 from decide.core.rows import Row, RowPlan
-from quality.calibrate import Example, fit_temperatures, log_loss, scored, threshold_for, tiers
-from quality.metrics import Scored
 
 CHOICE = {"type": "choice", "instructions": "Which?", "criteria": ["a", "b"]}
 NOUL = {"type": "noul", "instructions": "Ok?"}
@@ -72,8 +80,7 @@ def test_no_tier_when_no_confidence_is_accurate_enough():
 
 def test_a_bad_example_line_is_named(tmp_path):
     import pytest
-
-    from quality.evaluate import load_set
+    from decide.quality.evaluate import load_set
 
     good = {"id": "g", "domain": "d", "state": "s", "question": CHOICE, "gold": "a"}
     cases = [("not json", "line 2: not JSON"),

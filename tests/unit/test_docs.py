@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from config.settings import Settings
-from metrics import EXPORTED
+from decide.config.settings import Settings
+from decide.metrics import EXPORTED
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

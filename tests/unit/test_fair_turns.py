@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from worker.fair_queue import FairQueue
-from worker.turns import KeyTurns
+from decide.worker.fair_queue import FairQueue
+from decide.worker.turns import KeyTurns
 
 
 def drain(line: FairQueue) -> list[str]:

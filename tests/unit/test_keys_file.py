@@ -5,9 +5,9 @@ from __future__ import annotations
 import stat
 
 import pytest
+from decide.config.keys_file import read_keys
+from decide.config.settings import Settings
 
-from config.keys_file import read_keys
-from config.settings import Settings
 from decide.cli.main import main
 
 

