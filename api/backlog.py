@@ -13,7 +13,7 @@ import threading
 import time
 
 from decide.store import jobs
-from sqlalchemy import Engine as Database
+from decide.store.db import Database
 
 MAX_AGE_SECONDS = 1.0
 

@@ -11,9 +11,9 @@ from decide.api.quotas import Quotas
 from decide.config.settings import Settings
 from decide.llm.catalog import Catalog, ModelConfig
 from decide.metrics import Exposition
+from decide.store.db import Database
 from decide.transport.events import JobEvents
 from decide.transport.queue import JobQueue
-from sqlalchemy import Engine as Database
 
 from decide.core.engine import Engine
 from decide.core.errors import ConfigError

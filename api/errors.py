@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from decide.store.db import DATABASE_AWAY
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
@@ -73,8 +73,6 @@ def install_error_handlers(app: FastAPI) -> None:
                             content={"detail": {"error_type": kind,
                                                 "message": str(error.detail)}})
 
-    @app.exception_handler(OperationalError)
-    @app.exception_handler(InterfaceError)
     async def _store_away(_: Request, error: Exception) -> JSONResponse:
         """The database restarting or out of reach: a pause to retry through, not a bug.
         Clients (ours among them) retry a 503 after ``Retry-After``."""
@@ -84,6 +82,9 @@ def install_error_handlers(app: FastAPI) -> None:
                                 "error_type": "unavailable_error",
                                 "message": "the job store is unreachable for a moment; "
                                            f"try again in {STORE_RETRY_SECONDS} s"}})
+
+    for away in DATABASE_AWAY:
+        app.add_exception_handler(away, _store_away)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, error: Exception) -> JSONResponse:

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from decide.api.errors import ApiError
 from decide.config.settings import Settings
 from decide.store import jobs
+from decide.store.db import Database
 from limits import RateLimitItemPerMinute
 from limits.storage import storage_from_string
 from limits.strategies import SlidingWindowCounterRateLimiter
-from sqlalchemy import Engine as Database
 
 log = logging.getLogger("decide.api")
 ROWS_PER_SECOND_GUESS = 20

@@ -7,7 +7,7 @@ import contextlib
 
 from decide.api.context import ApiContext
 from decide.store import jobs
-from sqlalchemy.exc import InterfaceError, OperationalError
+from decide.store.db import DATABASE_AWAY
 from starlette.concurrency import run_in_threadpool
 
 POLL_SECONDS = 0.5
@@ -42,7 +42,7 @@ async def wait_finished(ctx: ApiContext, job_id: str, owner: str,
             try:
                 job = await run_in_threadpool(jobs.get_job, ctx.db, job_id, owner)
                 read_once = True
-            except (OperationalError, InterfaceError):
+            except DATABASE_AWAY:
                 if not read_once and loop.time() >= deadline:
                     raise
             remaining = deadline - loop.time()

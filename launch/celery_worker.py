@@ -17,17 +17,15 @@ import socket
 import threading
 import time
 
-from celery.signals import worker_shutting_down
 from decide.config.settings import Settings
 from decide.llm.catalog import load_catalog
 from decide.store.db import make_engine
 from decide.store.workers import Heartbeat, new_worker_id
-from decide.transport.broker import Broker, ChannelListener
+from decide.transport.broker import Broker, ChannelListener, on_worker_shutting_down
 from decide.transport.lanes import CANCEL_CHANNEL, TASK_NAME, lanes_of
 from decide.worker.delivery import Delivery
 from decide.worker.execute import LEAVING, CancelledJobs, run_job
 from decide.worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
-from prometheus_client import start_http_server
 
 from decide import metrics
 
@@ -55,7 +53,7 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
     metrics.model_loaded.labels(config.name).set(1)
     if metrics_port:
         try:
-            start_http_server(metrics_port, addr=settings.host)
+            metrics.serve(metrics_port, settings.host)
         except OSError as error:  # decoding matters more than this worker's metrics
             log.error("cannot serve metrics on port %d (%s): pass --metrics-port to each "
                       "worker on this host", metrics_port, error)
@@ -117,7 +115,7 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
     failed = threading.Event()
 
     # a finish still failing when Celery shuts down gives up; the repair loop re-queues it
-    worker_shutting_down.connect(lambda **_: LEAVING.set(), weak=False)
+    on_worker_shutting_down(LEAVING.set)
     cancelled = CancelledJobs()
     ChannelListener(settings.broker_url, CANCEL_CHANNEL, cancelled.add).start()
 

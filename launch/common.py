@@ -14,12 +14,12 @@ from decide.config.settings import Settings
 from decide.llm.catalog import Catalog
 from decide.llm.engines import load_planner
 from decide.metrics import Exposition, LaneCollector
+from decide.store.db import Database
 from decide.store.status import queued_lanes
 from decide.store.workers import live_counts
 from decide.transport.events import JobEvents
 from decide.transport.queue import JobQueue
 from fastapi import FastAPI
-from sqlalchemy import Engine as Database
 
 
 def api_context(settings: Settings, db: Database, catalog: Catalog, queue: JobQueue,

@@ -24,6 +24,7 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
+    start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -92,6 +93,11 @@ class LaneCollector(Collector):
         for model in models:
             workers.add_metric([model], alive.get(model, 0))
         yield from (depth, age, workers)
+
+
+def serve(port: int, host: str) -> None:
+    """Serve this process's metrics on ``host:port`` (a worker's metrics port) in a thread."""
+    start_http_server(port, addr=host)
 
 
 class Exposition:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import os
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+Database = Engine
+"""The handle the layers above pass around: SQLAlchemy's engine, named for what it is to them
+(``Engine`` elsewhere in this project is the decision engine)."""
+DATABASE_AWAY = (OperationalError, InterfaceError)
+"""What a database that is restarting or out of reach raises: a pause to retry through."""
 
 
 def make_engine(url: str, *, ping_on_checkout: bool = True) -> Engine:
@@ -34,3 +41,9 @@ def make_engine(url: str, *, ping_on_checkout: bool = True) -> Engine:
         parameters.setdefault("application_name", f"decide:{os.getpid()}")
 
     return engine
+
+
+def ping(db: Engine) -> None:
+    """One round trip; raises when the database does not answer."""
+    with db.connect() as connection:
+        connection.execute(text("SELECT 1"))

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import redis
 from celery import Celery
+from celery.signals import worker_shutting_down
 from decide.transport.lanes import CANCEL_CHANNEL, FINISHED_CHANNEL, LANES, TASK_NAME, lane
 from kombu import Exchange, Queue
 
@@ -38,6 +39,11 @@ def make_celery(broker_url: str) -> Celery:
         task_create_missing_queues=True,
     )
     return app
+
+
+def on_worker_shutting_down(callback: Callable[[], None]) -> None:
+    """Call ``callback`` when Celery starts shutting this worker down."""
+    worker_shutting_down.connect(lambda **_: callback(), weak=False)
 
 
 def lane_queue(model: str, priority: str) -> Queue:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 
 from decide.store import jobs
+from decide.store.db import Database
 from decide.store.workers import live_counts
 from decide.transport.broker import Broker
-from sqlalchemy import Engine as Database
 
 log = logging.getLogger("decide.api")
 

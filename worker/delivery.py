@@ -24,12 +24,12 @@ import threading
 import time
 
 from decide.store import jobs
+from decide.store.db import Database
+from decide.store.leader import SessionLock
 from decide.store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
 from decide.transport.broker import Broker
 from decide.transport.lanes import LANES
 from decide.worker.turns import KeyTurns
-from sqlalchemy import Engine as Database
-from sqlalchemy import text
 
 log = logging.getLogger("decide.delivery")
 TICK_SECONDS = 0.2
@@ -43,7 +43,6 @@ whatever is on the list is served before a newly arrived key's job."""
 REPAIR_EVERY_SECONDS = 2.0
 """How often lost messages and abandoned jobs are looked for (the rest of a tick is cheap)."""
 RESEND_GRACE_SECONDS = 3.0
-_LOCK_KEY = 0x6465636964  # "decid"
 LEADER_SILENCE_SECONDS = 20.0
 """A delivery leader whose lock session stays idle this long loses the lock to another."""
 LOCK_TOUCH_SECONDS = 1.0
@@ -63,7 +62,7 @@ class Delivery:
         self._models = models
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="decide-delivery", daemon=True)
-        self._lock_connection = None
+        self._lock = SessionLock(db)
         self._lock_touched = -float("inf")
         self._last_repair = -float("inf")
         self._turns = {(model, priority): KeyTurns() for model in models for priority in LANES}
@@ -93,44 +92,25 @@ class Delivery:
         ends it once it has been idle for LEADER_SILENCE_SECONDS: a leader that hangs, is
         frozen (SIGSTOP) or cut off loses the lock within that time and another worker's loop
         takes over; a leader that comes back finds its session gone before it acts again."""
-        if self._db.dialect.name != "postgresql":
+        if not self._lock.needed:
             return True
-        if self._lock_connection is not None:
+        if self._lock.held:
             if time.monotonic() - self._lock_touched < LOCK_TOUCH_SECONDS:
                 return True  # touched a moment ago: any silence long enough to lose it is not
             try:
-                self._lock_connection.execute(text("SELECT 1"))
-                self._lock_connection.commit()
+                self._lock.touch()
                 self._lock_touched = time.monotonic()
                 return True
             except Exception as error:  # the session ended: the lock went with it
                 log.warning("delivery lost its lock's session (%s)", type(error).__name__)
                 self._drop_lock()
-        connection = self._db.connect()
-        held = connection.execute(text("SELECT pg_try_advisory_lock(:key)"),
-                                  {"key": _LOCK_KEY}).scalar()
-        if not held:
-            connection.rollback()
-            connection.close()
+        if not self._lock.try_take(LEADER_SILENCE_SECONDS):
             return False
-        silence_ms = int(LEADER_SILENCE_SECONDS * 1000)
-        connection.execute(text(f"SET idle_session_timeout = {silence_ms}"))
-        connection.commit()
-        self._lock_connection = connection
         self._lock_touched = time.monotonic()
         return True
 
     def _drop_lock(self) -> None:
-        """Close the lock's connection for real (not back to the pool, where a session would
-        keep holding the lock)."""
-        if self._lock_connection is not None:
-            try:
-                self._lock_connection.invalidate()
-                self._lock_connection.close()
-            except Exception:
-                pass
-            finally:
-                self._lock_connection = None
+        self._lock.drop()
 
     def tick(self) -> None:
         now = time.monotonic()  # intervals: a wall clock set back must not stall repairs

@@ -19,12 +19,12 @@ import time
 from decide.config.settings import Settings
 from decide.llm.catalog import Catalog
 from decide.store import jobs
+from decide.store.db import Database
 from decide.store.workers import Heartbeat, new_worker_id
 from decide.transport.events import JobEvents
 from decide.worker.execute import LEAVING, CancelledJobs, run_job
 from decide.worker.fair_queue import FairQueue
 from decide.worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
-from sqlalchemy import Engine as Database
 
 from decide import metrics
 

@@ -14,9 +14,8 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from decide.store import jobs
+from decide.store.db import DATABASE_AWAY, Database
 from decide.worker.runner_client import RunnerCrashed, RunnerUnavailable
-from sqlalchemy import Engine as Database
-from sqlalchemy.exc import InterfaceError, OperationalError
 
 from decide import metrics
 from decide.core.engine import Decision
@@ -45,7 +44,7 @@ def until_stored(operation: Callable[[], T], what: str) -> T | None:
     for attempt in itertools.count():
         try:
             return operation()
-        except (OperationalError, InterfaceError) as error:
+        except DATABASE_AWAY as error:
             wait = FINISH_BACKOFF_SECONDS[min(attempt, len(FINISH_BACKOFF_SECONDS) - 1)]
             log.warning("%s failed (%s); trying again in %.1f s", what,
                         type(error).__name__, wait)
@@ -184,7 +183,7 @@ def _decode_claimed(job: jobs.JobRecord, *, db: Database,
         last_check[0] = now
         try:
             standing = jobs.claim_standing(db, job)
-        except (OperationalError, InterfaceError) as error:  # asked again a second later
+        except DATABASE_AWAY as error:  # asked again a second later
             log.warning("job %s: cannot read its claim's standing (%s)", job_id,
                         type(error).__name__)
             return

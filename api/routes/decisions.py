@@ -20,9 +20,9 @@ from decide.api.submit import accept, checked_priority
 from decide.api.views import job_view, sync_response
 from decide.api.waiting import wait_finished
 from decide.store import jobs
+from decide.store.db import DATABASE_AWAY
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.concurrency import run_in_threadpool
 
 from decide import metrics
@@ -61,7 +61,7 @@ async def wait_while_connected(ctx: ApiContext, request: Request, job_id: str,
         waiting.cancel()
         raise
     # a waiter left counted (the database away) only spares the job from being cancelled
-    with contextlib.suppress(OperationalError, InterfaceError):
+    with contextlib.suppress(*DATABASE_AWAY):
         await run_in_threadpool(jobs.leave_sync_waiter, ctx.db, job_id)
     return True, waiting.result()
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from decide.api.routes.deps import Context, Owner
+from decide.store.db import ping
 from decide.store.status import lane_status
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
 router = APIRouter()
@@ -32,8 +32,7 @@ async def ready(ctx: Context) -> JSONResponse:
 
 def _database_answers(ctx: Context) -> tuple[bool, str]:
     try:
-        with ctx.db.connect() as connection:
-            connection.execute(text("SELECT 1"))
+        ping(ctx.db)
     except Exception as error:  # reported, not raised
         return False, f"database unreachable: {type(error).__name__}"
     return True, "database answers"
