@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import time
 
-from decide.api.context import ApiContext
-from decide.api.errors import install_error_handlers
-from decide.api.routes import batches, decisions, health, jobs, models, usage
-from decide.api.schemas import install_schemas
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from decide import metrics
+from decide.api.context import ApiContext
+from decide.api.errors import install_error_handlers
+from decide.api.routes import batches, decisions, health, jobs, models, usage
+from decide.api.schemas import install_schemas
 
 
 def create_app(context: ApiContext) -> FastAPI:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from decide.api.errors import ApiError
 from fastapi import Request
+
+from decide.api.errors import ApiError
 
 PUBLIC_OWNER = "public"
 

@@ -10,18 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from decide import metrics
 from decide.api.context import ApiContext
 from decide.api.errors import invalid
 from decide.api.submit import check_lane, checked_metadata, checked_priority
-from decide.store import batches
-
-from decide import metrics
 from decide.core.engine import Engine, row_count
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.core.protocol import BLANK_STATE, DecisionRequest, is_blank_state, parse_request
 from decide.core.questions import json_kind
 from decide.core.render import render_state
 from decide.core.rows import CONTEXT_HEAD
+from decide.store import batches
 
 MAX_ITEMS = 100_000
 MAX_REPORTED_ERRORS = 20

@@ -8,11 +8,11 @@ import zlib
 from typing import Any
 
 import zstandard
-from decide.api.errors import ApiError, invalid
-from decide.config.settings import MAX_BODY_BYTES
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
+from decide.api.errors import ApiError, invalid
+from decide.config.settings import MAX_BODY_BYTES
 from decide.core.errors import RequestTooLarge
 from decide.core.protocol import plain_json_problem
 

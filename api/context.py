@@ -9,14 +9,13 @@ from decide.api.backlog import LaneBacklog
 from decide.api.errors import not_found
 from decide.api.quotas import Quotas
 from decide.config.settings import Settings
+from decide.core.engine import Engine
+from decide.core.errors import ConfigError
 from decide.llm.catalog import Catalog, ModelConfig
 from decide.metrics import Exposition
 from decide.store.db import Database
 from decide.transport.events import JobEvents
 from decide.transport.queue import JobQueue
-
-from decide.core.engine import Engine
-from decide.core.errors import ConfigError
 
 
 @dataclass

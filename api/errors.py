@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from decide.store.db import DATABASE_AWAY
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
+from decide.store.db import DATABASE_AWAY
 
 log = logging.getLogger("decide.api")
 STORE_RETRY_SECONDS = 2

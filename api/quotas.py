@@ -21,13 +21,14 @@ import math
 import time
 from dataclasses import dataclass
 
+from limits import RateLimitItemPerMinute
+from limits.storage import storage_from_string
+from limits.strategies import SlidingWindowCounterRateLimiter
+
 from decide.api.errors import ApiError
 from decide.config.settings import Settings
 from decide.store import jobs
 from decide.store.db import Database
-from limits import RateLimitItemPerMinute
-from limits.storage import storage_from_string
-from limits.strategies import SlidingWindowCounterRateLimiter
 
 log = logging.getLogger("decide.api")
 ROWS_PER_SECOND_GUESS = 20

@@ -12,13 +12,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from decide import metrics
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError, invalid
 from decide.api.quotas import RateState, retry_after_draining
-from decide.store import jobs
-
-from decide import metrics
 from decide.core.protocol import parse_request, stored_request
+from decide.store import jobs
 
 METADATA_MAX_BYTES = 16 * 1024
 

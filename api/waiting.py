@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from starlette.concurrency import run_in_threadpool
+
 from decide.api.context import ApiContext
 from decide.store import jobs
 from decide.store.db import DATABASE_AWAY
-from starlette.concurrency import run_in_threadpool
 
 POLL_SECONDS = 0.5
 """How often a waiter re-reads the database while finishes are not announced."""

@@ -38,13 +38,13 @@ def measure(repeats: int) -> dict:
     """In the interpreter under test: load the model, time the raw batch and a decision."""
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
+    from engine import questions_of, raw_batch, run_plan, state_of
+
     from decide.config.settings import Settings
+    from decide.core.protocol import parse_request
     from decide.llm.catalog import load_catalog
     from decide.worker.loading import load_decoding_engine
     from decide.worker.probe import build_info
-    from engine import questions_of, raw_batch, run_plan, state_of
-
-    from decide.core.protocol import parse_request
 
     settings = Settings()
     loaded = load_decoding_engine(load_catalog(settings).get(None), settings)

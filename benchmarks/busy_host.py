@@ -29,10 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from decide.config.settings import Settings
+from decide.core.protocol import parse_request
 from decide.worker.probe import PROBE_REQUEST
 from decide.worker.runner_client import Runner
-
-from decide.core.protocol import parse_request
 
 BUSY_LOOP = "while True:\n    pass\n"
 POLICIES = {"GOMP_SPINCOUNT=300000 (libgomp's default)": ("GOMP_SPINCOUNT", "300000"),

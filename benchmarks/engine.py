@@ -43,14 +43,13 @@ from decide.worker.in_process import use_runner_build
 
 use_runner_build(Settings())  # the llama.cpp build the runners use here, before llama_cpp loads
 
+from decide.core.engine import Engine
+from decide.core.profile import OPTION_READOUT, Profile
+from decide.core.protocol import parse_request
 from decide.llm.catalog import load_catalog
 from decide.llm.engines import LoadedEngine
 from decide.llm.gguf import GgufTokenizer
 from decide.worker.loading import load_decoding_engine
-
-from decide.core.engine import Engine
-from decide.core.profile import OPTION_READOUT, Profile
-from decide.core.protocol import parse_request
 
 SENTENCES = [
     "The customer writes that the invoice for March was charged twice to the company card.",

@@ -32,10 +32,9 @@ from decide.worker.in_process import use_runner_build
 
 use_runner_build(Settings())  # the llama.cpp build the runners use here, before llama_cpp loads
 
+from decide.core.protocol import parse_request
 from decide.llm.catalog import load_catalog
 from decide.worker.loading import load_decoding_engine
-
-from decide.core.protocol import parse_request
 from tests.support.local import LocalCluster
 
 QUESTIONS = {

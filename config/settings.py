@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from decide.config.keys_file import read_keys
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from decide.config.keys_file import read_keys
 from decide.core.engine import Limits
 
 MAX_BODY_BYTES = 32 * 1024 * 1024

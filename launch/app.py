@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from decide.config.settings import Settings
 from fastapi import FastAPI
+
+from decide.config.settings import Settings
 
 
 def make_app() -> FastAPI:

@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 
+from decide import metrics
 from decide.config.settings import Settings
 from decide.llm.catalog import load_catalog
 from decide.store.db import make_engine
@@ -26,8 +27,6 @@ from decide.transport.lanes import CANCEL_CHANNEL, TASK_NAME, lanes_of
 from decide.worker.delivery import Delivery
 from decide.worker.execute import LEAVING, CancelledJobs, run_job
 from decide.worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
-
-from decide import metrics
 
 log = logging.getLogger("decide.worker")
 FOREGROUND_LOOK_SECONDS = 0.02

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+from fastapi import FastAPI
+
 from decide.api.app import create_app
 from decide.api.auth import Authenticator
 from decide.api.backlog import LaneBacklog
@@ -19,7 +21,6 @@ from decide.store.status import queued_lanes
 from decide.store.workers import live_counts
 from decide.transport.events import JobEvents
 from decide.transport.queue import JobQueue
-from fastapi import FastAPI
 
 
 def api_context(settings: Settings, db: Database, catalog: Catalog, queue: JobQueue,

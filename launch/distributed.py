@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fastapi import FastAPI
+
 from decide.config.settings import Settings
 from decide.launch.common import api_context, app_for
 from decide.llm.catalog import load_catalog
@@ -11,7 +13,6 @@ from decide.transport.broker import Broker, ChannelListener
 from decide.transport.celery_queue import CeleryQueue
 from decide.transport.events import JobEvents
 from decide.transport.lanes import FINISHED_CHANNEL
-from fastapi import FastAPI
 
 
 def build_distributed(settings: Settings) -> FastAPI:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fastapi import FastAPI
+
 from decide.config.settings import Settings
 from decide.launch.common import api_context, app_for
 from decide.llm.catalog import load_catalog
@@ -9,7 +11,6 @@ from decide.store.db import make_engine
 from decide.store.migrate import upgrade
 from decide.transport.events import JobEvents
 from decide.worker.embedded import EmbeddedWorker
-from fastapi import FastAPI
 
 
 def build_embedded(settings: Settings) -> FastAPI:

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from decide.config.settings import Settings
-
 from decide.core.errors import ConfigError, ModelRefused
 from decide.core.profile import Profile
 

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from decide.config.settings import Settings
+from decide.core.engine import Engine, LabelReader
 from decide.llm.catalog import ModelConfig, gguf_path, load_profile, require_decision_kind
 from decide.llm.gguf import GgufModel, GgufTokenizer
-
-from decide.core.engine import Engine, LabelReader
 
 ReaderFactory = Callable[[GgufModel, int, ModelConfig, Settings], LabelReader]
 

@@ -15,7 +15,6 @@ import os
 import time
 from collections.abc import Callable, Iterator
 
-from decide.transport.lanes import LANES
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -29,6 +28,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
+
+from decide.transport.lanes import LANES
 
 # Buckets from a few milliseconds to ten minutes: sync calls and multi-minute backlogs alike.
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
+
 from decide.config.settings import Settings
 from decide.store.db import make_engine
 from decide.store.tables import metadata

@@ -13,12 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from decide.quality.evaluate import score
-from decide.quality.metrics import Scored, accuracy, ece, reliability
-
 from decide.core.engine import Reading, assemble
 from decide.core.profile import Profile
 from decide.core.protocol import DecisionRequest, parse_request
+from decide.quality.evaluate import score
+from decide.quality.metrics import Scored, accuracy, ece, reliability
 
 TYPES = ("choice", "noul", "score")
 TEMPERATURE_GRID = tuple(round(0.05 * 1.05 ** step, 4) for step in range(160))

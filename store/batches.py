@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import Engine, func, select, update
+
 from decide.store.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, STATUSES, new_id
 from decide.store.tables import batches, jobs
-from sqlalchemy import Engine, func, select, update
 
 INSERT_CHUNK = 5_000
 

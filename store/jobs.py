@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from decide.store.clock import database_now
-from decide.store.tables import batches, jobs, usage, workers
 from sqlalchemy import Connection, Engine, func, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from decide.store.clock import database_now
+from decide.store.tables import batches, jobs, usage, workers
 
 QUEUED, RUNNING = "queued", "running"
 SUCCEEDED, FAILED, CANCELLED, EXPIRED = "succeeded", "failed", "cancelled", "expired"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sqlalchemy import Engine, func, select
+
 from decide.store.jobs import PRIORITIES, QUEUED, RUNNING
 from decide.store.tables import jobs, usage
 from decide.store.workers import live_counts
-from sqlalchemy import Engine, func, select
 
 WINDOW_SECONDS = 60.0
 

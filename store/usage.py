@@ -7,9 +7,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from decide.store.tables import usage
 from sqlalchemy import Engine, Integer, cast, func, select
 from sqlalchemy.sql.elements import ColumnElement
+
+from decide.store.tables import usage
 
 GROUPS = ("model", "key", "day", "hour")
 _BUCKET_SECONDS = {"day": 86400, "hour": 3600}

@@ -8,9 +8,10 @@ import socket
 import threading
 import uuid
 
+from sqlalchemy import Engine, delete, func, select, update
+
 from decide.store.clock import database_now
 from decide.store.tables import workers
-from sqlalchemy import Engine, delete, func, select, update
 
 log = logging.getLogger("decide.worker")
 

@@ -6,6 +6,7 @@ use on this host (``worker.in_process``), so in-process answers and the service'
 from __future__ import annotations
 
 import pytest
+
 from decide.config.settings import Settings
 from decide.worker.in_process import use_runner_build
 
@@ -34,11 +35,10 @@ def default_engine(settings):
 def label_engine(default_engine):
     """The same loaded model read the SPEC §3 way (the decider layout, label logits), as a
     decider-style GGUF with a ``decider_config.json`` is read."""
-    from decide.llm.engines import LoadedEngine
-    from decide.llm.gguf import GgufTokenizer
-
     from decide.core.engine import Engine
     from decide.core.profile import Profile
+    from decide.llm.engines import LoadedEngine
+    from decide.llm.gguf import GgufTokenizer
 
     model = default_engine.model
     engine = Engine(default_engine.engine.model_name, GgufTokenizer(model),

@@ -16,8 +16,9 @@ from collections.abc import Callable
 import redis
 from celery import Celery
 from celery.signals import worker_shutting_down
-from decide.transport.lanes import CANCEL_CHANNEL, FINISHED_CHANNEL, LANES, TASK_NAME, lane
 from kombu import Exchange, Queue
+
+from decide.transport.lanes import CANCEL_CHANNEL, FINISHED_CHANNEL, LANES, TASK_NAME, lane
 
 log = logging.getLogger("decide.broker")
 

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 
+from decide import metrics
 from decide.config.settings import Settings
 from decide.llm.catalog import Catalog
 from decide.store import jobs
@@ -25,8 +26,6 @@ from decide.transport.events import JobEvents
 from decide.worker.execute import LEAVING, CancelledJobs, run_job
 from decide.worker.fair_queue import FairQueue
 from decide.worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
-
-from decide import metrics
 
 log = logging.getLogger("decide.worker")
 READY_POLL_SECONDS = 0.5

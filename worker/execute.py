@@ -13,14 +13,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from decide.store import jobs
-from decide.store.db import DATABASE_AWAY, Database
-from decide.worker.runner_client import RunnerCrashed, RunnerUnavailable
-
 from decide import metrics
 from decide.core.engine import Decision
 from decide.core.errors import DecideError
 from decide.core.protocol import parse_request
+from decide.store import jobs
+from decide.store.db import DATABASE_AWAY, Database
+from decide.worker.runner_client import RunnerCrashed, RunnerUnavailable
 
 log = logging.getLogger("decide.worker")
 CANCEL_CHECK_SECONDS = 1.0

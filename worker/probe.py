@@ -17,10 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from decide.worker.variants import host_flags
-
 from decide.core.engine import Engine
 from decide.core.protocol import parse_request
+from decide.worker.variants import host_flags
 
 PROBE_REQUEST: dict[str, Any] = {
     "state": "My card was charged twice for order A-104. Please refund the duplicate.",

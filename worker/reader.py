@@ -34,6 +34,8 @@ from collections.abc import Callable, Sequence
 
 import llama_cpp
 import numpy as np
+
+from decide.core.rows import Row
 from decide.llm.gguf import GgufModel
 from decide.worker.packing import (
     GROUP,
@@ -45,8 +47,6 @@ from decide.worker.packing import (
     split_row,
 )
 from decide.worker.threads import default_threads
-
-from decide.core.rows import Row
 
 DEFAULT_BATCH = 512
 OPTION_SEQUENCES = 128

@@ -19,12 +19,11 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from decide.config.settings import Settings
+from decide.core.engine import Decision
+from decide.core.protocol import DecisionRequest
 from decide.worker.crashes import describe_exit
 from decide.worker.probe import ProbeFailed
 from decide.worker.variants import Variant, candidates, environment_for, host_flags, record_proof
-
-from decide.core.engine import Decision
-from decide.core.protocol import DecisionRequest
 
 log = logging.getLogger("decide.worker")
 

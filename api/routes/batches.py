@@ -6,6 +6,11 @@ import json
 from collections.abc import Iterator
 from typing import Annotated, Any
 
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from decide import metrics
 from decide.api.batching import accept_batch
 from decide.api.body import read_json
 from decide.api.errors import not_found
@@ -13,11 +18,6 @@ from decide.api.routes.deps import Context, Owner
 from decide.api.schemas import BatchList, BatchRequest, BatchSchema, request_body, responses
 from decide.api.views import batch_view
 from decide.store import batches, jobs
-from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.concurrency import run_in_threadpool
-
-from decide import metrics
 
 router = APIRouter()
 

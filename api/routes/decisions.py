@@ -5,6 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from decide import metrics
 from decide.api.body import read_json
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError
@@ -21,11 +26,6 @@ from decide.api.views import job_view, sync_response
 from decide.api.waiting import wait_finished
 from decide.store import jobs
 from decide.store.db import DATABASE_AWAY
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
-
-from decide import metrics
 
 router = APIRouter()
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from decide.api.context import ApiContext
 from fastapi import Depends, Request
+
+from decide.api.context import ApiContext
 
 
 def context(request: Request) -> ApiContext:

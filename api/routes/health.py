@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from decide.api.routes.deps import Context, Owner
-from decide.store.db import ping
-from decide.store.status import lane_status
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
+
+from decide.api.routes.deps import Context, Owner
+from decide.store.db import ping
+from decide.store.status import lane_status
 
 router = APIRouter()
 

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from decide import metrics
 from decide.api.body import read_json
 from decide.api.errors import invalid, not_found
 from decide.api.routes.deps import Context, Owner
@@ -12,11 +17,6 @@ from decide.api.submit import accept, checked_metadata, checked_priority, owned_
 from decide.api.views import job_view
 from decide.api.waiting import wait_finished
 from decide.store import jobs
-from fastapi import APIRouter, Header, Query, Request
-from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
-
-from decide import metrics
 
 router = APIRouter()
 MAX_WAIT_SECONDS = 60.0

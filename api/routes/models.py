@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from decide.api.routes.deps import Context, Owner
 from fastapi import APIRouter
+
+from decide.api.routes.deps import Context, Owner
 
 router = APIRouter()
 DEFAULT_ALIAS = "jev-latest"

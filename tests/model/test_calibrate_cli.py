@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from decide.quality.evaluate import load_set
 
 pytestmark = pytest.mark.model

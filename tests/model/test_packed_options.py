@@ -5,11 +5,11 @@ requests before. Priors go through the same plan."""
 
 from __future__ import annotations
 
-import decide.worker.reader as reader_module
 import pytest
-from decide.worker.packing import GROUP, UBATCH, rounds, split_row
 
+import decide.worker.reader as reader_module
 from decide.core.protocol import parse_request
+from decide.worker.packing import GROUP, UBATCH, rounds, split_row
 
 pytestmark = pytest.mark.model
 

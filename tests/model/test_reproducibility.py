@@ -100,9 +100,8 @@ def test_answers_are_well_formed_on_the_real_model(loaded):
 
 def test_option_rows_score_likely_words_higher(default_engine):
     """The reader's continuation log-probabilities: a fitting word outscores an unfitting one."""
-    from decide.llm.gguf import GgufTokenizer
-
     from decide.core.option_rows import OptionRowBuilder
+    from decide.llm.gguf import GgufTokenizer
 
     question = parse_request({"state": "s", "questions": {"c": {
         "type": "choice", "instructions": "What is the capital of France?",

@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from decide.config.settings import Settings
+from decide.core.protocol import parse_request
 from decide.worker.probe import PROBE_REQUEST
 from decide.worker.runner_client import (
     FAILED,
@@ -22,8 +24,6 @@ from decide.worker.runner_client import (
     RunnerUnavailable,
 )
 from decide.worker.variants import Variant, installed_baseline
-
-from decide.core.protocol import parse_request
 from tests.slow_work import distinct_nouls
 
 pytestmark = pytest.mark.model

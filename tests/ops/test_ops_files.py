@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import yaml
+
 from decide.metrics import EXPORTED
 
 OPS = Path(__file__).resolve().parents[2] / "ops"

@@ -8,6 +8,7 @@ import uuid
 
 import psycopg
 import pytest
+
 from decide.store.db import make_engine
 from decide.store.migrate import upgrade
 

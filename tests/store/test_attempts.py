@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
+from sqlalchemy import func, select
+
 from decide.api.views import batch_view
 from decide.config.settings import Settings
 from decide.store import batches, jobs
 from decide.store.tables import usage
 from decide.store.workers import beat
-from pydantic import ValidationError
-from sqlalchemy import func, select
 
 REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
 DEAD = "worker-dead"

@@ -9,12 +9,12 @@ import os
 import socket
 import time
 
-from decide.store import batches, jobs
-from decide.store.workers import beat, live_counts, new_worker_id
-from decide.worker import execute
 from sqlalchemy.exc import OperationalError
 
 from decide.core.engine import Decision
+from decide.store import batches, jobs
+from decide.store.workers import beat, live_counts, new_worker_id
+from decide.worker import execute
 
 REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
 

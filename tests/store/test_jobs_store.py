@@ -5,16 +5,18 @@ from __future__ import annotations
 import threading
 
 import pytest
+from sqlalchemy import inspect
+
 from decide.store import jobs
 from decide.store.migrate import upgrade
-from sqlalchemy import inspect
 
 REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
 
 
 def usage_count(db) -> int:
-    from decide.store.tables import usage
     from sqlalchemy import func, select
+
+    from decide.store.tables import usage
 
     with db.connect() as connection:
         return connection.execute(select(func.count()).select_from(usage)).scalar()
@@ -51,8 +53,9 @@ def test_a_job_is_claimed_once_and_finished_once(db):
 
 
 def test_usage_records_what_the_job_read_and_only_for_a_success(db):
-    from decide.store.tables import usage
     from sqlalchemy import select
+
+    from decide.store.tables import usage
 
     done, _ = new(db)
     jobs.finish_job(db, jobs.claim_job(db, done.id), status=jobs.SUCCEEDED, result={},

@@ -5,8 +5,9 @@ each key's unsent jobs for the feeder, the key and lane sums, summaries without 
 from __future__ import annotations
 
 import pytest
-from decide.store import batches, jobs
 from sqlalchemy import text
+
+from decide.store import batches, jobs
 
 
 def queue(db, owner: str, count: int, *, priority: str = "background", rows: int = 1,

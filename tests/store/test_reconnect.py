@@ -4,10 +4,10 @@ dropping every connection (a server restart) by retrying once on a fresh one."""
 from __future__ import annotations
 
 import psycopg
+
 from decide.store import jobs
 from decide.store.db import make_engine
 from decide.store.migrate import upgrade
-
 from tests.store.conftest import POSTGRES_ADMIN
 
 

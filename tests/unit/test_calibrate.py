@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import math
 
+from decide.core.engine import Reading
+from decide.core.profile import Profile
+from decide.core.protocol import parse_request
+from decide.core.rows import Row, RowPlan
 from decide.quality.calibrate import (
     Example,
     fit_temperatures,
@@ -13,11 +17,6 @@ from decide.quality.calibrate import (
     tiers,
 )
 from decide.quality.metrics import Scored
-
-from decide.core.engine import Reading
-from decide.core.profile import Profile
-from decide.core.protocol import parse_request
-from decide.core.rows import Row, RowPlan
 
 CHOICE = {"type": "choice", "instructions": "Which?", "criteria": ["a", "b"]}
 NOUL = {"type": "noul", "instructions": "Ok?"}
@@ -80,6 +79,7 @@ def test_no_tier_when_no_confidence_is_accurate_enough():
 
 def test_a_bad_example_line_is_named(tmp_path):
     import pytest
+
     from decide.quality.evaluate import load_set
 
     good = {"id": "g", "domain": "d", "state": "s", "question": CHOICE, "gold": "a"}

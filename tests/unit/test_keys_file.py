@@ -5,10 +5,10 @@ from __future__ import annotations
 import stat
 
 import pytest
-from decide.config.keys_file import read_keys
-from decide.config.settings import Settings
 
 from decide.cli.main import main
+from decide.config.keys_file import read_keys
+from decide.config.settings import Settings
 
 
 def test_a_fresh_key_is_written_once_and_never_shown_again(tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from decide.quality.evaluate import gold_index, options_of, probabilities_of, rotated
 from decide.quality.metrics import (
     Scored,

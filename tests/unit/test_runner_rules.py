@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 import pytest
+
 from decide.worker import variants
 from decide.worker.crashes import describe_exit
 from decide.worker.probe import ProbeFailed, check_values, enabled_features, probe_values
