@@ -12,11 +12,9 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from decide.api.errors import ApiError, invalid
-from decide.config.settings import MAX_BODY_BYTES
 from decide.core.errors import RequestTooLarge
-from decide.core.protocol import plain_json_problem
+from decide.core.protocol import BODY_TOO_LARGE, MAX_BODY_BYTES, plain_json_problem
 
-_TOO_LARGE = f"the request body is over {MAX_BODY_BYTES:,} bytes (32 MiB)"
 ZSTD_MAX_WINDOW_BYTES = 8 * 1024 * 1024
 """The most a zstd frame may ask the decoder to hold (its window). Compressors at ordinary
 levels use 8 MiB or less; zstd's own limit, 128 MiB, would let one small request claim that
@@ -24,7 +22,7 @@ much memory."""
 
 
 def _too_large(after: str = "") -> RequestTooLarge:
-    return RequestTooLarge(_TOO_LARGE + after)
+    return RequestTooLarge(BODY_TOO_LARGE + after)
 
 
 async def read_raw(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:

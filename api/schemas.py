@@ -16,6 +16,8 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
+from decide.core.protocol import DEFAULT_MODEL_PREFIX, PRIORITIES
+
 Text = str | dict[str, Any] | list[Any]
 """Instructions and descriptions: a string, or JSON rendered as compact text."""
 NonEmpty = Annotated[str, Field(min_length=1)]
@@ -23,8 +25,9 @@ Instructions = NonEmpty | dict[str, Any] | list[Any]
 """Text that must say something: an empty string is refused (an object or array never is)."""
 State = Annotated[str, Field(pattern=r"\S")] | dict[str, Any] | list[Any]
 """The state: a string with something besides whitespace, an object or an array."""
-Priority = Literal["foreground", "background"]
+Priority = Literal[PRIORITIES]
 OPTIONS = {"min_length": 2, "max_length": 255}
+MODEL_DESCRIPTION = f"a configured model; absent, null or {DEFAULT_MODEL_PREFIX}*: the default"
 
 
 class _Open(BaseModel):
@@ -82,8 +85,7 @@ Questions = Annotated[dict[NonEmpty, Question], Field(min_length=1,
 
 
 class SystemOneRequest(_Open):
-    model: str | None = Field(None, description="a configured model; absent, null or jev-*: "
-                                                "the default")
+    model: str | None = Field(None, description=MODEL_DESCRIPTION)
     state: State = Field(description="what the questions are about: a non-blank string, an "
                                      "object or an array")
     questions: Questions
@@ -260,12 +262,12 @@ def responses(successes: dict[int, type[BaseModel]]) -> dict[int | str, dict[str
 
 
 def model_property(names: list[str]) -> dict[str, Any]:
-    """The ``model`` field as this server takes it: a configured name, a ``jev-`` alias of the
-    default, or null; any other name is a 404 naming the configured ones."""
+    """The ``model`` field as this server takes it: a configured name, an alias of the default
+    (``DEFAULT_MODEL_PREFIX``), or null; any other name is a 404 naming the configured ones."""
     return {"anyOf": [{"type": "string", "enum": names},
-                      {"type": "string", "pattern": "^jev-"}, {"type": "null"}],
-            "default": None, "title": "Model",
-            "description": "a configured model; absent, null or jev-*: the default"}
+                      {"type": "string", "pattern": f"^{DEFAULT_MODEL_PREFIX}"},
+                      {"type": "null"}],
+            "default": None, "title": "Model", "description": MODEL_DESCRIPTION}
 
 
 def install_schemas(app: FastAPI, model_names: list[str]) -> None:

@@ -16,7 +16,7 @@ from decide import metrics
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError, invalid
 from decide.api.quotas import RateState, retry_after_draining
-from decide.core.protocol import parse_request, stored_request
+from decide.core.protocol import PRIORITIES, parse_request, stored_request
 from decide.store import jobs
 
 METADATA_MAX_BYTES = 16 * 1024
@@ -31,8 +31,8 @@ class Accepted:
 
 
 def checked_priority(value: Any, field: str) -> str:
-    if value not in jobs.PRIORITIES:
-        raise invalid("body", [field], "priority must be 'foreground' or 'background'",
+    if value not in PRIORITIES:
+        raise invalid("body", [field], f"priority must be {' or '.join(map(repr, PRIORITIES))}",
                       "literal_error")
     return value
 

@@ -12,9 +12,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from decide.config.keys_file import read_keys
 from decide.core.engine import Limits
 
-MAX_BODY_BYTES = 32 * 1024 * 1024
-"""SPEC §2.4: a body (after decompression) may not be larger than this."""
-
 
 def _default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")

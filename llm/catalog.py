@@ -30,6 +30,7 @@ from typing import Any
 from decide.config.settings import Settings
 from decide.core.errors import ConfigError, ModelRefused
 from decide.core.profile import Profile
+from decide.core.protocol import means_default_model
 
 DEFAULT_MODEL = "gemma-3-270m"
 DEFAULT_GGUF = "gemma-3-270m-q4_k_m.gguf"
@@ -69,7 +70,7 @@ class Catalog:
 
     def get(self, name: str | None) -> ModelConfig:
         """A model by name; None (or a ``jev-`` alias) is the default."""
-        if name is None or name.startswith("jev-"):
+        if means_default_model(name):
             return self.models[self.default]
         if name not in self.models:
             raise ConfigError(f"unknown model {name!r}; configured models: "

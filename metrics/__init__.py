@@ -29,7 +29,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from decide.transport.lanes import LANES
+from decide.core.protocol import PRIORITIES
 
 # Buckets from a few milliseconds to ten minutes: sync calls and multi-minute backlogs alike.
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
@@ -84,7 +84,7 @@ class LaneCollector(Collector):
                                 labels=["model", "priority"])
         models = sorted(set(self._models) | {model for model, _ in lanes})
         for model in models:
-            for priority in LANES:
+            for priority in PRIORITIES:
                 count, oldest = lanes.get((model, priority), (0, None))
                 depth.add_metric([model, priority], count)
                 age.add_metric([model, priority], 0.0 if oldest is None else now - oldest)

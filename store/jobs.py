@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, func, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from decide.core.protocol import PRIORITIES
 from decide.store.clock import database_now
 from decide.store.tables import batches, jobs, usage, workers
 
@@ -27,7 +28,6 @@ QUEUED, RUNNING = "queued", "running"
 SUCCEEDED, FAILED, CANCELLED, EXPIRED = "succeeded", "failed", "cancelled", "expired"
 FINISHED = (SUCCEEDED, FAILED, CANCELLED, EXPIRED)
 STATUSES = (QUEUED, RUNNING, *FINISHED)
-PRIORITIES = ("foreground", "background")
 PURGE_EVERY_SECONDS = 3600.0
 """How often a worker applies retention (``purge_finished_before``)."""
 WORKER_CRASHED = "worker_crashed"

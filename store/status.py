@@ -7,7 +7,8 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
-from decide.store.jobs import PRIORITIES, QUEUED, RUNNING
+from decide.core.protocol import PRIORITIES
+from decide.store.jobs import QUEUED, RUNNING
 from decide.store.tables import jobs, usage
 from decide.store.workers import live_counts
 

@@ -18,7 +18,8 @@ from celery import Celery
 from celery.signals import worker_shutting_down
 from kombu import Exchange, Queue
 
-from decide.transport.lanes import CANCEL_CHANNEL, FINISHED_CHANNEL, LANES, TASK_NAME, lane
+from decide.core.protocol import PRIORITIES
+from decide.transport.lanes import CANCEL_CHANNEL, FINISHED_CHANNEL, TASK_NAME, lane
 
 log = logging.getLogger("decide.broker")
 
@@ -82,7 +83,7 @@ class Broker:
 
     def lane_lengths(self, models: list[str]) -> dict[tuple[str, str], int]:
         pipe = self.redis.pipeline()
-        keys = [(model, priority) for model in models for priority in LANES]
+        keys = [(model, priority) for model in models for priority in PRIORITIES]
         for model, priority in keys:
             pipe.llen(lane(model, priority))
         return dict(zip(keys, (int(length) for length in pipe.execute())))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-LANES = ("foreground", "background")
+from decide.core.protocol import PRIORITIES
+
 TASK_NAME = "decide.run_job"
 FINISHED_CHANNEL = "decide:finished"
 """Redis pub/sub channel on which workers announce finished job ids."""
@@ -16,4 +17,4 @@ def lane(model: str, priority: str) -> str:
 
 def lanes_of(model: str) -> list[str]:
     """A worker's queues in the order it must drain them."""
-    return [lane(model, priority) for priority in LANES]
+    return [lane(model, priority) for priority in PRIORITIES]

@@ -23,12 +23,12 @@ import logging
 import threading
 import time
 
+from decide.core.protocol import FOREGROUND, PRIORITIES
 from decide.store import jobs
 from decide.store.db import Database
 from decide.store.leader import SessionLock
 from decide.store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
 from decide.transport.broker import Broker
-from decide.transport.lanes import LANES
 from decide.worker.turns import KeyTurns
 
 log = logging.getLogger("decide.delivery")
@@ -65,7 +65,7 @@ class Delivery:
         self._lock = SessionLock(db)
         self._lock_touched = -float("inf")
         self._last_repair = -float("inf")
-        self._turns = {(model, priority): KeyTurns() for model in models for priority in LANES}
+        self._turns = {(model, priority): KeyTurns() for model in models for priority in PRIORITIES}
         self._live_workers: dict[str, int] = {}
 
     def start(self) -> None:
@@ -125,7 +125,7 @@ class Delivery:
             jobs.purge_finished_before(self._db, time.time() - self._retention_seconds)
         lengths = self._broker.lane_lengths(self._models)
         for model in self._models:
-            for priority in LANES:
+            for priority in PRIORITIES:
                 self._refill(model, priority, lengths[(model, priority)], repairing)
 
     def _repair_abandoned(self) -> None:
@@ -152,7 +152,7 @@ class Delivery:
                 log.warning("%s %s: %d sent jobs are not on the broker; sending again",
                             model, priority, lost)
         window = self._window(model, priority)
-        if in_redis >= window or (priority == LANES[0] and in_redis > window // 2):
+        if in_redis >= window or (priority == FOREGROUND and in_redis > window // 2):
             return  # enough waiting: most ticks end here, with one Redis round trip
         room = window - in_redis
         waiting = jobs.unsent_by_owner(self._db, model=model, priority=priority,
@@ -164,6 +164,6 @@ class Delivery:
 
     def _window(self, model: str, priority: str) -> int:
         """How many messages a lane's Redis list is topped up to."""
-        if priority == LANES[0]:
+        if priority == FOREGROUND:
             return LANE_WINDOW
         return max(1, self._live_workers.get(model, 0)) + BACKGROUND_EXTRA_MESSAGES

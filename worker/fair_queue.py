@@ -12,19 +12,17 @@ import threading
 import time
 from collections import OrderedDict, deque
 
-from decide.transport.lanes import LANES
-
-FOREGROUND = LANES[0]
+from decide.core.protocol import FOREGROUND, PRIORITIES
 
 
 class FairQueue:
     def __init__(self) -> None:
         self._lanes: dict[str, OrderedDict[str, deque[str]]] = {
-            lane: OrderedDict() for lane in LANES}
+            lane: OrderedDict() for lane in PRIORITIES}
         self._ready = threading.Condition()
 
     def put(self, job_id: str, priority: str, owner: str) -> None:
-        lane = priority if priority in self._lanes else LANES[-1]
+        lane = priority if priority in self._lanes else PRIORITIES[-1]
         with self._ready:
             self._lanes[lane].setdefault(owner, deque()).append(job_id)
             self._ready.notify()
@@ -35,7 +33,7 @@ class FairQueue:
         deadline = time.monotonic() + timeout
         with self._ready:
             while True:
-                for lane in LANES:
+                for lane in PRIORITIES:
                     taken = self._take(lane)
                     if taken is not None:
                         return taken

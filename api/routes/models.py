@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import APIRouter
 
 from decide.api.routes.deps import Context, Owner
+from decide.core.protocol import DEFAULT_MODEL_ALIAS
 
 router = APIRouter()
-DEFAULT_ALIAS = "jev-latest"
 
 
 @router.get("/v1/models")
@@ -24,7 +24,7 @@ def list_models(ctx: Context, _: Owner) -> dict[str, Any]:
         if name == catalog.default:
             entry["x_default"] = True
             listed.insert(0, entry)
-            listed.insert(1, {"name": DEFAULT_ALIAS, "description": f"alias of {name}",
+            listed.insert(1, {"name": DEFAULT_MODEL_ALIAS, "description": f"alias of {name}",
                               "release_date": entry["release_date"], "x_alias_of": name})
         else:
             listed.append(entry)

@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from decide.core.errors import ConfigError, DecideError, InvalidRequest, RequestTooLarge
-from decide.core.protocol import parse_request
-
-MAX_BODY_BYTES = 32 * 1024 * 1024
+from decide.core.protocol import BODY_TOO_LARGE, MAX_BODY_BYTES, PRIORITIES, parse_request
 
 
 class UsageError(Exception):
@@ -82,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit = commands.add_parser("submit", help="submit a job to a running service")
     add_question_args(submit)
     add_service_args(submit, service_url)
-    submit.add_argument("--priority", choices=("foreground", "background"),
+    submit.add_argument("--priority", choices=PRIORITIES,
                         default="background")
     submit.add_argument("--metadata", help="a JSON object echoed back with the job")
     submit.add_argument("--idempotency-key", help="the same key and body return the same job")
@@ -97,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help='one {"custom_id", "state"} per line (- for stdin)')
     add_question_args(batch, with_state=False)
     batch.add_argument("--questions", metavar="FILE", help="a JSON object of questions")
-    batch.add_argument("--priority", choices=("foreground", "background"),
+    batch.add_argument("--priority", choices=PRIORITIES,
                        default="background")
     batch.add_argument("--no-wait", action="store_true",
                        help="print the batch at once instead of following its progress")
@@ -239,7 +237,7 @@ def _read_request(source: str, stdin: Any) -> dict[str, Any]:
     except OSError as error:
         raise UsageError(f"--request: cannot read {source}: {error.strerror}") from error
     if len(data) > MAX_BODY_BYTES:
-        raise RequestTooLarge(f"the request body is over {MAX_BODY_BYTES:,} bytes (32 MiB)")
+        raise RequestTooLarge(BODY_TOO_LARGE)
     try:
         return json.loads(data)
     except ValueError as error:

@@ -12,6 +12,19 @@ from decide.core.questions import Collector, Question, json_kind, parse_question
 
 DEFAULT_MODEL_PREFIX = "jev-"
 """Any model name starting with this (the SDK sends ``jev-latest``) means the default model."""
+DEFAULT_MODEL_ALIAS = f"{DEFAULT_MODEL_PREFIX}latest"
+"""The alias ``GET /v1/models`` lists after the default model."""
+PRIORITIES = ("foreground", "background")
+"""SPEC §5: every model's two lanes, in the order a worker drains them."""
+FOREGROUND = PRIORITIES[0]
+MAX_BODY_BYTES = 32 * 1024 * 1024
+"""SPEC §2.4: a body (after decompression) may not be larger than this."""
+BODY_TOO_LARGE = f"the request body is over {MAX_BODY_BYTES:,} bytes (32 MiB)"
+
+
+def means_default_model(name: str | None) -> bool:
+    """None, or a name with the alias prefix, asks for the default model."""
+    return name is None or name.startswith(DEFAULT_MODEL_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -26,7 +39,7 @@ class DecisionRequest:
 
     @property
     def wants_default_model(self) -> bool:
-        return self.model is None or self.model.startswith(DEFAULT_MODEL_PREFIX)
+        return means_default_model(self.model)
 
 
 MAX_DEPTH = 200

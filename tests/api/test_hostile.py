@@ -22,10 +22,9 @@ import zstandard
 
 from decide.api.body import decompress, parse_json
 from decide.api.errors import ApiError
-from decide.config.settings import MAX_BODY_BYTES
 from decide.core.engine import Engine
 from decide.core.errors import InvalidRequest, RequestTooLarge
-from decide.core.protocol import parse_request
+from decide.core.protocol import MAX_BODY_BYTES, parse_request
 
 pytestmark = pytest.mark.model
 
