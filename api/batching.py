@@ -14,7 +14,7 @@ from decide import metrics
 from decide.api.context import ApiContext
 from decide.api.errors import invalid
 from decide.api.submit import check_lane, checked_metadata, checked_priority
-from decide.core.engine import Engine, row_count
+from decide.core.engine import DecisionEngine, row_count
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.core.protocol import BLANK_STATE, DecisionRequest, is_blank_state, parse_request
 from decide.core.questions import json_kind
@@ -60,7 +60,7 @@ def accept_batch(ctx: ApiContext, *, owner: str, body: Any) -> AcceptedBatch:
         metadata=metadata, items=items, rows_per_item=rows)
     metrics.jobs_submitted.labels(config.name, priority).inc(len(job_ids))
     ctx.backlog.add(config.name, priority, rows * len(items))
-    ctx.queue.send_batch(job_ids, config.name, priority, owner)
+    ctx.queue.batch_stored(job_ids, config.name, priority, owner)
     return AcceptedBatch(batch=batch, job_ids=job_ids)
 
 
@@ -128,7 +128,7 @@ def _renders_within(state: Any, limit: int) -> bool:
     return True
 
 
-def _check_items(engine: Engine, template: DecisionRequest,
+def _check_items(engine: DecisionEngine, template: DecisionRequest,
                  items: list[tuple[str, Any]]) -> None:
     plan = engine.plan(template)
     longest_suffix = max(len(row.suffix) for row in plan.rows)

@@ -9,7 +9,7 @@ from decide.api.backlog import LaneBacklog
 from decide.api.errors import not_found
 from decide.api.quotas import Quotas
 from decide.config.settings import Settings
-from decide.core.engine import Engine
+from decide.core.engine import DecisionEngine
 from decide.core.errors import ConfigError
 from decide.llm.catalog import Catalog, ModelConfig
 from decide.metrics import Exposition
@@ -23,7 +23,7 @@ class ApiContext:
     settings: Settings
     db: Database
     catalog: Catalog
-    planners: dict[str, Engine]
+    planners: dict[str, DecisionEngine]
     """A vocabulary-only engine per configured model: rows, tokens and limits."""
     queue: JobQueue
     events: JobEvents

@@ -43,7 +43,7 @@ from decide.worker.in_process import use_runner_build
 
 use_runner_build(Settings())  # the llama.cpp build the runners use here, before llama_cpp loads
 
-from decide.core.engine import Engine
+from decide.core.engine import DecisionEngine
 from decide.core.profile import OPTION_READOUT, Profile
 from decide.core.protocol import parse_request
 from decide.llm.catalog import load_catalog
@@ -144,9 +144,10 @@ def readout_engines(loaded: LoadedEngine) -> dict[str, object]:
     window = loaded.engine.context_window
     options = dataclasses.replace(loaded.engine.profile, readout=OPTION_READOUT)
     return {
-        "labels (SPEC §3)": lambda: Engine("labels", tokenizer, loaded.reader, Profile(), window),
-        "options, priors cold": lambda: Engine("options", tokenizer, loaded.reader, options,
-                                               window),
+        "labels (SPEC §3)": lambda: DecisionEngine("labels", tokenizer, loaded.reader, Profile(),
+                                                   window),
+        "options, priors cold": lambda: DecisionEngine("options", tokenizer, loaded.reader,
+                                                       options, window),
     }
 
 

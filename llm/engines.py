@@ -11,18 +11,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from decide.config.settings import Settings
-from decide.core.engine import Engine, LabelReader
+from decide.core.engine import DecisionEngine
+from decide.core.rows import RowReader
 from decide.llm.catalog import ModelConfig, gguf_path, load_profile, require_decision_kind
 from decide.llm.gguf import GgufModel, GgufTokenizer
 
-ReaderFactory = Callable[[GgufModel, int, ModelConfig, Settings], LabelReader]
+ReaderFactory = Callable[[GgufModel, int, ModelConfig, Settings], RowReader]
 
 
 @dataclass
 class LoadedEngine:
     """An engine with the llama.cpp objects it owns (``reader`` is None for a planner)."""
 
-    engine: Engine
+    engine: DecisionEngine
     model: GgufModel
     reader: Any | None
 
@@ -57,7 +58,7 @@ def load_engine(config: ModelConfig, settings: Settings,
         window = context_window(config, model)
         if make_reader is not None:
             reader = make_reader(model, window, config, settings)
-        engine = Engine(config.name, GgufTokenizer(model), reader, profile, window)
+        engine = DecisionEngine(config.name, GgufTokenizer(model), reader, profile, window)
     except Exception:
         if reader is not None:
             reader.close()

@@ -43,7 +43,7 @@ class Example:
 
 def read_examples(items: Sequence[dict[str, Any]], read: Read,
                   progress: Callable[[int, int], None] | None = None) -> list[Example]:
-    """Every labeled item read once by the model (``read`` is ``Engine.read``)."""
+    """Every labeled item read once by the model (``read`` is ``DecisionEngine.read``)."""
     examples = []
     for number, item in enumerate(items, start=1):
         request = parse_request({"state": item["state"], "questions": {"q": item["question"]}})

@@ -29,7 +29,7 @@ SUCCEEDED, FAILED, CANCELLED, EXPIRED = "succeeded", "failed", "cancelled", "exp
 FINISHED = (SUCCEEDED, FAILED, CANCELLED, EXPIRED)
 STATUSES = (QUEUED, RUNNING, *FINISHED)
 PURGE_EVERY_SECONDS = 3600.0
-"""How often a worker applies retention (``purge_finished_before``)."""
+"""How often a worker applies retention (``apply_retention``)."""
 WORKER_CRASHED = "worker_crashed"
 """The error type of a job given up on: every worker that claimed it died while decoding it."""
 
@@ -561,11 +561,11 @@ def owner_queued_rows(db: Engine, *, owner: str) -> dict[str, int]:
     return {priority: int(total or 0) for priority, total in rows}
 
 
-def purge_finished_before(db: Engine, cutoff: float) -> int:
+def apply_retention(db: Engine, cutoff: float) -> int:
     """Retention: jobs still queued since before ``cutoff`` expire; finished jobs older than it
     are deleted. A batch goes whole or not at all: its items only once every one of them
     finished before ``cutoff`` (deleting some would leave it short of its total, and never
-    complete). Usage rows stay (the audit)."""
+    complete). Usage rows stay (the audit). Returns how many jobs were deleted."""
     with db.begin() as connection:
         connection.execute(update(jobs).where(jobs.c.status == QUEUED,
                                               jobs.c.created_at < cutoff)

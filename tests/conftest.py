@@ -35,12 +35,12 @@ def default_engine(settings):
 def label_engine(default_engine):
     """The same loaded model read the SPEC §3 way (the decider layout, label logits), as a
     decider-style GGUF with a ``decider_config.json`` is read."""
-    from decide.core.engine import Engine
+    from decide.core.engine import DecisionEngine
     from decide.core.profile import Profile
     from decide.llm.engines import LoadedEngine
     from decide.llm.gguf import GgufTokenizer
 
     model = default_engine.model
-    engine = Engine(default_engine.engine.model_name, GgufTokenizer(model),
-                    default_engine.reader, Profile(), default_engine.engine.context_window)
+    engine = DecisionEngine(default_engine.engine.model_name, GgufTokenizer(model),
+                            default_engine.reader, Profile(), default_engine.engine.context_window)
     return LoadedEngine(engine=engine, model=model, reader=default_engine.reader)

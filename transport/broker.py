@@ -29,12 +29,13 @@ def make_celery(broker_url: str) -> Celery:
     strictly in the order given (foreground before background).
 
     Redis forgets a message as soon as a worker takes it (no ack emulation: no unacked hash
-    to write and clear around every task). What a dying worker held is not lost: its job is
+    to write and clear around every task), so when the message is acknowledged changes
+    nothing and no ``acks_late`` is set. What a dying worker held is not lost: its job is
     still queued or running in PostgreSQL, and ``worker.delivery`` sends it again."""
     app = Celery("decide", broker=broker_url)
     app.conf.update(
         task_serializer="json", accept_content=["json"], task_ignore_result=True,
-        task_acks_late=True, task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
+        worker_prefetch_multiplier=1,
         broker_connection_retry_on_startup=True, worker_hijack_root_logger=False,
         broker_transport_options={"queue_order_strategy": "priority",
                                   "ack_emulation": False},

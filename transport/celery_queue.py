@@ -36,8 +36,8 @@ class CeleryQueue:
             log.warning("job %s was sent but not marked sent (%s); it may be sent twice, "
                         "harmlessly", job_id, error)
 
-    def send_batch(self, job_ids: list[str], model: str, priority: str,
-                   owner: str = "") -> None:
+    def batch_stored(self, job_ids: list[str], model: str, priority: str,
+                     owner: str = "") -> None:
         """Batch items are left to the delivery loop, which feeds lanes as they drain."""
 
     def cancel(self, job_id: str) -> None:

@@ -11,9 +11,11 @@ class JobQueue(Protocol):
         (or leave it to a feeder that lets the lane's keys take turns)."""
         ...
 
-    def send_batch(self, job_ids: list[str], model: str, priority: str,
-                   owner: str = "") -> None:
-        """Deliver a batch's items (or leave them to a feeder that takes them in turn)."""
+    def batch_stored(self, job_ids: list[str], model: str, priority: str,
+                     owner: str = "") -> None:
+        """A batch's items are stored, queued: take them in line (the embedded worker) or
+        leave them to a feeder that takes them in turn (the distributed delivery loop); no
+        message is sent for them here."""
         ...
 
     def cancel(self, job_id: str) -> None:

@@ -122,7 +122,7 @@ class Delivery:
             self._live_workers = live_counts(self._db)
         if now - self._last_purge >= jobs.PURGE_EVERY_SECONDS:
             self._last_purge = now
-            jobs.purge_finished_before(self._db, time.time() - self._retention_seconds)
+            jobs.apply_retention(self._db, time.time() - self._retention_seconds)
         lengths = self._broker.lane_lengths(self._models)
         for model in self._models:
             for priority in PRIORITIES:

@@ -69,8 +69,8 @@ class EmbeddedWorker:
     def send(self, job_id: str, model: str, priority: str, owner: str = "") -> None:
         self._queue.put(job_id, priority, owner)
 
-    def send_batch(self, job_ids: list[str], model: str, priority: str,
-                   owner: str = "") -> None:
+    def batch_stored(self, job_ids: list[str], model: str, priority: str,
+                     owner: str = "") -> None:
         for job_id in job_ids:
             self._queue.put(job_id, priority, owner)
 
@@ -131,7 +131,7 @@ class EmbeddedWorker:
 
     def _purge(self, cutoff: float) -> None:
         try:
-            jobs.purge_finished_before(self._db, cutoff)
+            jobs.apply_retention(self._db, cutoff)
         except Exception:  # retention waits for the next round; jobs keep running
             log.exception("retention could not run")
 

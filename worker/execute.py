@@ -54,8 +54,8 @@ def until_stored(operation: Callable[[], T], what: str) -> T | None:
     return None
 
 
-class DecisionEngine(Protocol):
-    """What a job needs of an engine: ``decide.core.engine.Engine`` or a runner's
+class Decider(Protocol):
+    """What a job needs of an engine: ``decide.core.engine.DecisionEngine`` or a runner's
     ``RunnerEngine``."""
 
     def decide(self, request: Any, before_row: Callable[[], None] | None = None) -> Decision:
@@ -92,7 +92,7 @@ class Leaving(Exception):
     """The worker stops while the database is away: the job is left running, unfinished."""
 
 
-def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], DecisionEngine],
+def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
             on_finished: Callable[[str], None] | None = None,
             worker_id: str | None = None,
             yield_to_foreground: Callable[[], None] | None = None,
@@ -160,7 +160,7 @@ def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: st
 
 
 def _decode_claimed(job: jobs.JobRecord, *, db: Database,
-                    engine_for: Callable[[str], DecisionEngine],
+                    engine_for: Callable[[str], Decider],
                     on_finished: Callable[[str], None] | None,
                     yield_to_foreground: Callable[[], None] | None,
                     cancelled: CancelledJobs | None) -> str | None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from decide.core.engine import Engine
+from decide.core.engine import DecisionEngine
 from decide.core.protocol import parse_request
 from decide.worker.variants import host_flags
 
@@ -72,7 +72,7 @@ def check_values(model: str, values: Mapping[str, float]) -> None:
                 f"(± {TOLERANCE}): this llama.cpp build computes wrong numbers on this host")
 
 
-def run_probe(engine: Engine) -> dict[str, Any]:
+def run_probe(engine: DecisionEngine) -> dict[str, Any]:
     """Decode the probe with a loaded engine and check it; returns what was found."""
     request = parse_request({**PROBE_REQUEST, "model": engine.model_name})
     started = time.perf_counter()

@@ -125,7 +125,7 @@ class _Context:
 
 
 class LlamaReader:
-    """The engine's ``LabelReader`` over a loaded model's llama.cpp contexts."""
+    """The engine's ``RowReader`` over a loaded model's llama.cpp contexts."""
 
     def __init__(self, model: GgufModel, *, context_size: int, threads: int | None = None,
                  batch_size: int = DEFAULT_BATCH, gpu_offload: int = 0) -> None:

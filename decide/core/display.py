@@ -9,7 +9,7 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal
 
 from decide.core.questions import Question
-from decide.core.readout import Answer, ChoiceAnswer, NoulAnswer, ScoreAnswer
+from decide.core.readout import ChoiceReadout, NoulReadout, Readout, ScoreReadout
 
 INDENT = "    "
 PICK = "  * "
@@ -42,17 +42,17 @@ def _option_lines(names: list[str], probabilities: list[float], pick: int) -> li
             for index, (name, text) in enumerate(zip(names, shown))]
 
 
-def render_answer(question: Question, result: Answer) -> list[str]:
+def render_answer(question: Question, result: Readout) -> list[str]:
     lines = [title(question)]
-    if isinstance(result, NoulAnswer):
+    if isinstance(result, NoulReadout):
         lines.append(f"{INDENT}probability of yes  {fixed(result.noul, 2)}")
-    elif isinstance(result, ChoiceAnswer):
+    elif isinstance(result, ChoiceReadout):
         names = list(result.probabilities)
         lines += _option_lines(names, list(result.probabilities.values()),
                                names.index(result.choice))
         lines.append(f"{INDENT}confidence {fixed(result.confidence, 2)}, "
                      f"p max {percent(result.p_max)}, certainty {fixed(result.certainty, 2)}")
-    elif isinstance(result, ScoreAnswer):
+    elif isinstance(result, ScoreReadout):
         names = [f"{key}  {level}" for key, level in result.legend.items()]
         probabilities = list(result.probabilities.values())
         pick = probabilities.index(result.p_max)
@@ -62,7 +62,7 @@ def render_answer(question: Question, result: Answer) -> list[str]:
     return lines
 
 
-def render_decision(questions: tuple[Question, ...], answers: dict[str, Answer]) -> str:
+def render_decision(questions: tuple[Question, ...], answers: dict[str, Readout]) -> str:
     """One block per question in request order, a blank line between blocks."""
     blocks = ["\n".join(render_answer(q, answers[q.id])) for q in questions]
     return "\n\n".join(blocks) + "\n"

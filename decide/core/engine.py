@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from decide.core.errors import RequestTooLarge
 from decide.core.labels import Tokenizer, pick_labels
@@ -16,25 +16,9 @@ from decide.core.priors import PriorCache
 from decide.core.profile import OPTION_READOUT, Profile
 from decide.core.protocol import DecisionRequest
 from decide.core.questions import Question, ScoreQuestion
-from decide.core.readout import Answer, answer
+from decide.core.readout import Readout, answer
 from decide.core.render import CHUNK_CHARS, render_state
-from decide.core.rows import Row, RowBuilder, RowPlan, is_isolated
-
-
-class LabelReader(Protocol):
-    """The engine's whole view of a loaded model."""
-
-    def read(self, prefix: Sequence[int], rows: Sequence[Row],
-             before_row: Callable[[], None] | None = None) -> list[list[float]]:
-        """For each row in order: a label row's ``label_ids`` logits at its answer slot, or an
-        option row's log-probabilities of its last ``continuation`` tokens.
-
-        The prefix is decoded once; each row's suffix is decoded on its own copy of it, so a
-        row's numbers depend only on (prefix, row). ``before_row`` is called before each row
-        and may raise to stop (a cancelled job stops before its next row).
-        """
-        ...
-
+from decide.core.rows import RowBuilder, RowPlan, RowReader, is_isolated
 
 ROWS_RULE = {
     "labels": "one per choice or noul question, one per level of an isolated score",
@@ -63,7 +47,7 @@ class Reading:
 @dataclass(frozen=True)
 class Decision:
     model: str
-    answers: dict[str, Answer]
+    answers: dict[str, Readout]
     input_tokens: int
     timings: dict[str, float] = field(default_factory=dict, compare=False)
     rows_by_type: dict[str, int] = field(default_factory=dict, compare=False)
@@ -182,10 +166,10 @@ class PlanTokens:
         return tokens
 
 
-class Engine:
+class DecisionEngine:
     """Decisions for one model: its name, vocabulary, profile, context window and reader."""
 
-    def __init__(self, model_name: str, tokenizer: Tokenizer, reader: LabelReader | None,
+    def __init__(self, model_name: str, tokenizer: Tokenizer, reader: RowReader | None,
                  profile: Profile, context_window: int, limits: Limits | None = None) -> None:
         self.model_name = model_name
         self.profile = profile
@@ -307,7 +291,7 @@ class Engine:
 
 def assemble(questions: Sequence[Question], plan: RowPlan, logits: Sequence[Sequence[float]],
              profile: Profile,
-             priors: Sequence[Sequence[float]] = ()) -> dict[str, Answer]:
+             priors: Sequence[Sequence[float]] = ()) -> dict[str, Readout]:
     """Answers in request order from what the reader read for every row of the plan.
 
     Label rows give label logits. Option rows give their continuation's log-probabilities;

@@ -12,9 +12,8 @@ import hashlib
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
-from decide.core.rows import Row
+from decide.core.rows import Row, RowReader
 
 DEFAULT_CAPACITY = 4096
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -22,11 +21,6 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 token of its option, so long options fill the budget before the entry count."""
 KEY_BYTES = 16
 FLOAT_BYTES = 8
-
-
-class RowReader(Protocol):
-    def read(self, prefix: Sequence[int], rows: Sequence[Row],
-             before_row: Callable[[], None] | None = None) -> list[list[float]]: ...
 
 
 def row_key(prefix: Sequence[int], suffix: Sequence[int], continuation: int) -> bytes:

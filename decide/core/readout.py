@@ -67,7 +67,10 @@ def _clip(value: float) -> float:
 
 
 @dataclass(frozen=True)
-class ChoiceAnswer:
+class ChoiceReadout:
+    """What the engine read for a choice question, as it goes on the wire (the client's
+    ``ChoiceAnswer`` is the same answer read back from the wire, with its own checks)."""
+
     choice: str
     probabilities: dict[str, float]
     confidence: float
@@ -81,7 +84,7 @@ class ChoiceAnswer:
 
 
 @dataclass(frozen=True)
-class NoulAnswer:
+class NoulReadout:
     noul: float
 
     def to_wire(self) -> dict[str, Any]:
@@ -89,7 +92,7 @@ class NoulAnswer:
 
 
 @dataclass(frozen=True)
-class ScoreAnswer:
+class ScoreReadout:
     score: float
     confidence: float
     legend: dict[str, str]
@@ -110,13 +113,14 @@ class ScoreAnswer:
         return wire
 
 
-Answer = ChoiceAnswer | NoulAnswer | ScoreAnswer
+Readout = ChoiceReadout | NoulReadout | ScoreReadout
+"""One question's answer as the engine read it."""
 
 
-def choice_answer(names: Sequence[str], probabilities: Sequence[float]) -> ChoiceAnswer:
+def choice_answer(names: Sequence[str], probabilities: Sequence[float]) -> ChoiceReadout:
     """The pick is the first largest of the rounded probabilities, so it agrees with the wire."""
     rounded = [round_probability(p) for p in probabilities]
-    return ChoiceAnswer(
+    return ChoiceReadout(
         choice=names[first_max_index(rounded)],
         probabilities=dict(zip(names, rounded)),
         confidence=round_probability(choice_confidence(probabilities)),
@@ -126,10 +130,10 @@ def choice_answer(names: Sequence[str], probabilities: Sequence[float]) -> Choic
 
 
 def score_answer(levels: Sequence[str], probabilities: Sequence[float],
-                 fits: Sequence[float] | None = None) -> ScoreAnswer:
+                 fits: Sequence[float] | None = None) -> ScoreReadout:
     keys = [str(index) for index in range(len(levels))]
     rounded = [round_probability(p) for p in probabilities]
-    return ScoreAnswer(
+    return ScoreReadout(
         score=round(expected_level(probabilities), SCORE_DECIMALS),
         confidence=round_probability(score_confidence(probabilities)),
         legend=dict(zip(keys, levels)),
@@ -148,11 +152,11 @@ def normalise_fits(fits: Sequence[float]) -> list[float]:
 
 
 def answer(question: Question, row_logits: Sequence[Sequence[float]],
-           profile: Profile) -> Answer:
+           profile: Profile) -> Readout:
     """Assemble one question's answer from the label logits of its rows, in row order."""
     temperature = profile.temperature_for(question.type)
     if isinstance(question, NoulQuestion):
-        return NoulAnswer(noul=round_probability(softmax(row_logits[0], temperature)[1]))
+        return NoulReadout(noul=round_probability(softmax(row_logits[0], temperature)[1]))
     if isinstance(question, ChoiceQuestion):
         names = [option.name for option in question.options]
         return choice_answer(names, softmax(row_logits[0], temperature))
@@ -163,15 +167,15 @@ def answer(question: Question, row_logits: Sequence[Sequence[float]],
     return score_answer(question.levels, normalise_fits(fits), fits)
 
 
-def answer_from_wire(wire: dict[str, Any]) -> Answer:
+def answer_from_wire(wire: dict[str, Any]) -> Readout:
     """The typed answer of a §2.2 answer object (for showing a remote answer as a local one)."""
     if wire["type"] == "noul":
-        return NoulAnswer(noul=wire["noul"])
+        return NoulReadout(noul=wire["noul"])
     if wire["type"] == "choice":
-        return ChoiceAnswer(choice=wire["choice"], probabilities=dict(wire["probabilities"]),
+        return ChoiceReadout(choice=wire["choice"], probabilities=dict(wire["probabilities"]),
                             confidence=wire["confidence"], p_max=wire.get("x_p_max", 0.0),
                             certainty=wire.get("x_certainty", 0.0))
-    return ScoreAnswer(score=wire["score"], confidence=wire["confidence"],
+    return ScoreReadout(score=wire["score"], confidence=wire["confidence"],
                        legend=dict(wire["legend"]), probabilities=dict(wire["probabilities"]),
                        p_max=wire.get("x_p_max", 0.0), certainty=wire.get("x_certainty", 0.0),
                        level_fit=wire.get("x_level_fit"), fit_mass=wire.get("x_fit_mass"))

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from decide.core.labels import Labels, Tokenizer
 from decide.core.profile import Profile
@@ -46,6 +47,21 @@ class Row:
     level: int | None = None
     option: int | None = None
     continuation: int = 0
+
+
+class RowReader(Protocol):
+    """The engine's whole view of a loaded model."""
+
+    def read(self, prefix: Sequence[int], rows: Sequence[Row],
+             before_row: Callable[[], None] | None = None) -> list[list[float]]:
+        """For each row in order: a label row's ``label_ids`` logits at its answer slot, or an
+        option row's log-probabilities of its last ``continuation`` tokens.
+
+        The prefix is decoded once; each row's suffix is decoded on its own copy of it, so a
+        row's numbers depend only on (prefix, row). ``before_row`` is called before each row
+        and may raise to stop (a cancelled job stops before its next row).
+        """
+        ...
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import zstandard
 
 from decide.api.body import decompress, parse_json
 from decide.api.errors import ApiError
-from decide.core.engine import Engine
+from decide.core.engine import DecisionEngine
 from decide.core.errors import InvalidRequest, RequestTooLarge
 from decide.core.protocol import MAX_BODY_BYTES, parse_request
 
@@ -140,7 +140,7 @@ CASES = _cases()
 IDS = [case.name for case in CASES]
 
 
-def front_door(case: Hostile, planner: Engine) -> int:
+def front_door(case: Hostile, planner: DecisionEngine) -> int:
     """The status the front door gives ``case`` (``api.submit.accept``'s steps in order)."""
     try:
         body = parse_json(decompress(case.raw, case.encoding))
@@ -154,7 +154,7 @@ def front_door(case: Hostile, planner: Engine) -> int:
     return 202
 
 
-def peak_of(case: Hostile, planner: Engine) -> tuple[int, int]:
+def peak_of(case: Hostile, planner: DecisionEngine) -> tuple[int, int]:
     """(status, peak traced bytes) of the front door's work on one case."""
     tracemalloc.start()
     try:
@@ -175,8 +175,8 @@ def planners(settings):
     from decide.llm.gguf import GgufTokenizer
 
     loaded = load_planner(load_catalog(settings).get(None), settings)
-    labels = Engine("labels", GgufTokenizer(loaded.model), None, Profile(),
-                    loaded.engine.context_window)
+    labels = DecisionEngine("labels", GgufTokenizer(loaded.model), None, Profile(),
+                            loaded.engine.context_window)
     yield {"options": loaded.engine, "labels": labels}
     loaded.close()
 

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from decide.core.engine import CUT_SLACK, Engine, Limits
+from decide.core.engine import CUT_SLACK, DecisionEngine, Limits
 from decide.core.errors import RequestTooLarge
 from decide.core.profile import Profile
 from decide.core.protocol import parse_request
@@ -58,9 +58,9 @@ def test_a_cut_costs_fewer_tokens_than_the_slack(vocabulary, kind):
     assert worst <= CUT_SLACK // 2, f"a cut in {kind} text cost {worst} tokens"
 
 
-def engine(vocabulary, row_tokens: int) -> Engine:
-    return Engine("gemma", vocabulary, None, Profile(), context_window=32_768,
-                  limits=Limits(max_row_tokens=row_tokens))
+def engine(vocabulary, row_tokens: int) -> DecisionEngine:
+    return DecisionEngine("gemma", vocabulary, None, Profile(), context_window=32_768,
+                          limits=Limits(max_row_tokens=row_tokens))
 
 
 def test_more_bytes_than_the_limit_but_fewer_tokens_is_planned_as_before(vocabulary):

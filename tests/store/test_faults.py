@@ -174,11 +174,11 @@ def test_a_batch_straddling_the_retention_cutoff_is_kept_whole(db):
                                .values(finished_at=finished_at, created_at=50.0))
     with db.begin() as connection:
         connection.execute(batches.batches.update().values(created_at=50.0))
-    assert jobs.purge_finished_before(db, cutoff=200.0) == 0  # one item is younger: keep all
+    assert jobs.apply_retention(db, cutoff=200.0) == 0  # one item is younger: keep all
     kept = batches.get_batch(db, batch.id, "alice")
     assert kept is not None
     assert batches.progress(db, batch.id).finished == 2
-    assert jobs.purge_finished_before(db, cutoff=400.0) == 2  # all older now: the whole batch
+    assert jobs.apply_retention(db, cutoff=400.0) == 2  # all older now: the whole batch
     assert batches.get_batch(db, batch.id, "alice") is None
     assert jobs.get_job(db, old_item) is None and jobs.get_job(db, new_item) is None
 
@@ -216,7 +216,7 @@ def test_the_embedded_worker_outlives_a_retention_error(tmp_path, monkeypatch):
     def locked(*args, **kwargs):
         raise OperationalError("UPDATE jobs", {}, Exception("database is locked"))
 
-    monkeypatch.setattr(jobs, "purge_finished_before", locked)
+    monkeypatch.setattr(jobs, "apply_retention", locked)
     worker = EmbeddedWorker(db=db, catalog=catalog, settings=settings, events=JobEvents(),
                             runner=AnsweringRunner())
     worker.start()

@@ -117,8 +117,8 @@ def test_lists_lanes_and_retention(db):
     jobs.claim_job(db, ids[0])
     assert jobs.requeue_running(db, max_attempts=3) == (1, [])
     jobs.finish_job(db, jobs.claim_job(db, ids[0]), status=jobs.SUCCEEDED, result={})
-    assert jobs.purge_finished_before(db, cutoff=0) == 0
-    assert jobs.purge_finished_before(db, cutoff=10**12) == 3  # 1 finished, 2 expired
+    assert jobs.apply_retention(db, cutoff=0) == 0
+    assert jobs.apply_retention(db, cutoff=10**12) == 3  # 1 finished, 2 expired
     assert jobs.get_job(db, ids[0]) is None
 
 
@@ -131,9 +131,9 @@ def test_old_queued_jobs_expire_and_batches_go_with_their_jobs(db):
     with db.begin() as connection:
         connection.execute(jobs.jobs.update().values(created_at=100.0))
         connection.execute(batches.batches.update().values(created_at=100.0))
-    jobs.purge_finished_before(db, cutoff=50.0)
+    jobs.apply_retention(db, cutoff=50.0)
     assert batches.get_batch(db, batch.id, "alice") is not None  # younger than the cutoff
-    jobs.purge_finished_before(db, cutoff=10**12)
+    jobs.apply_retention(db, cutoff=10**12)
     assert jobs.get_job(db, job_ids[0]) is None
     assert batches.get_batch(db, batch.id, "alice") is None
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decide.core.engine import Engine, Limits
+from decide.core.engine import DecisionEngine, Limits
 from decide.core.errors import RequestTooLarge
 from decide.core.profile import Profile
 from decide.core.protocol import parse_request
@@ -81,9 +81,11 @@ class CountingTokenizer(FakeTokenizer):
 
 
 def engine(tokenizer: FakeTokenizer, row_tokens: int = 1_000,
-           request_tokens: int = 1_048_576) -> Engine:
-    return Engine("fake", tokenizer, RecordingReader(), Profile(), context_window=100_000,
-                  limits=Limits(max_row_tokens=row_tokens, max_request_row_tokens=request_tokens))
+           request_tokens: int = 1_048_576) -> DecisionEngine:
+    return DecisionEngine("fake", tokenizer, RecordingReader(), Profile(),
+                          context_window=100_000,
+                          limits=Limits(max_row_tokens=row_tokens,
+                                        max_request_row_tokens=request_tokens))
 
 
 NOUL = {"type": "noul", "instructions": "Is it?"}

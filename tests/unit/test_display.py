@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decide.core.display import fixed, percent, render_decision
 from decide.core.protocol import parse_request
-from decide.core.readout import ChoiceAnswer, NoulAnswer, score_answer
+from decide.core.readout import ChoiceReadout, NoulReadout, score_answer
 
 SPEC_OUTPUT = """\
 Which department should handle this?
@@ -24,10 +24,10 @@ def test_the_spec_example_to_the_character():
                "criteria": ["billing", "technical", "sales"]},
         "q2": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}})
     answers = {
-        "q1": ChoiceAnswer(choice="billing", confidence=0.9019, p_max=0.9346, certainty=0.7643,
+        "q1": ChoiceReadout(choice="billing", confidence=0.9019, p_max=0.9346, certainty=0.7643,
                            probabilities={"billing": 0.9346, "technical": 0.0049,
                                           "sales": 0.0605}),
-        "q2": NoulAnswer(noul=0.9261)}
+        "q2": NoulReadout(noul=0.9261)}
     assert render_decision(request.questions, answers) == SPEC_OUTPUT
 
 
@@ -45,7 +45,7 @@ def test_score_block_lists_levels_with_their_index_and_ends_with_score_and_confi
 def test_title_falls_back_to_the_id_when_a_noul_has_no_instructions():
     request = parse_request({"state": "t", "questions": {"refund?": {
         "type": "noul", "criteria": {"true": "asks for money back"}}}})
-    text = render_decision(request.questions, {"refund?": NoulAnswer(noul=0.5)})
+    text = render_decision(request.questions, {"refund?": NoulReadout(noul=0.5)})
     assert text == "refund?\n    probability of yes  0.50\n"
 
 

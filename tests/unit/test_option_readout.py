@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from decide.core.engine import Engine, row_count
+from decide.core.engine import DecisionEngine, row_count
 from decide.core.errors import ModelRefused, RequestTooLarge
 from decide.core.option_rows import DEFAULT_LAYOUT
 from decide.core.priors import PriorCache
@@ -43,8 +43,8 @@ class ScriptedReader:
         return out
 
 
-def engine_with(reader=None) -> Engine:
-    return Engine("stock", FakeTokenizer(), reader, OPTIONS, context_window=1_000_000)
+def engine_with(reader=None) -> DecisionEngine:
+    return DecisionEngine("stock", FakeTokenizer(), reader, OPTIONS, context_window=1_000_000)
 
 
 def prior_prefix() -> tuple[int, ...]:
@@ -87,8 +87,8 @@ def test_scores_are_likelihood_over_prior_then_softmax_at_the_type_temperature()
     over_state = {"billing": -1.0, "support": -3.0, "sales": -2.0}
     prior = {"billing": -2.0, "support": -1.0, "sales": -2.5}
     reader = ScriptedReader(over_state, prior, prior_prefix())
-    engine = Engine("stock", FakeTokenizer(), reader,
-                    Profile(readout=OPTION_READOUT, temperature_by_type={"choice": 2.0}),
+    engine = DecisionEngine("stock", FakeTokenizer(), reader,
+                            Profile(readout=OPTION_READOUT, temperature_by_type={"choice": 2.0}),
                     context_window=1_000_000)
     answer = engine.decide(parse_request({"state": "s", "questions": {"r": ROUTE}})).answers["r"]
     # every row reads [its option's number, -0.5]: the -0.5 cancels against the prior's
@@ -143,8 +143,8 @@ def test_rows_are_counted_with_their_priors_in_limits_and_usage():
 def test_the_row_limit_counts_priors():
     from decide.core.engine import Limits
 
-    engine = Engine("stock", FakeTokenizer(), None, OPTIONS, context_window=1_000_000,
-                    limits=Limits(max_rows=5))
+    engine = DecisionEngine("stock", FakeTokenizer(), None, OPTIONS, context_window=1_000_000,
+                            limits=Limits(max_rows=5))
     with pytest.raises(RequestTooLarge, match=r"needs 6 rows.*two per option"):
         engine.plan(parse_request({"state": "s", "questions": {"r": ROUTE}}))
 
@@ -209,7 +209,7 @@ def test_the_prior_cache_holds_digests_not_tokens_however_long_the_options():
 
 def test_a_prior_row_longer_than_the_window_is_refused_before_decoding():
     # "N/A" is longer than an empty state: the prior rows are the longest
-    engine = Engine("stock", FakeTokenizer(), None, OPTIONS, context_window=30)
+    engine = DecisionEngine("stock", FakeTokenizer(), None, OPTIONS, context_window=30)
     question = {"type": "noul", "instructions": "x" * 22}
     request = parse_request({"state": "", "questions": {"n": question}}, blank_state_ok=True)
     plan_rows = engine_with().plan(request)

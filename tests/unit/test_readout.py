@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from decide.core.engine import Engine
+from decide.core.engine import DecisionEngine
 from decide.core.profile import Profile
 from decide.core.protocol import parse_request
 from decide.core.readout import (
@@ -94,8 +94,8 @@ def test_isolated_levels_normalise_fits():
     assert normalise_fits([0.0, 0.0]) == [0.0, 0.0]  # a zero total counts as 1e-9
 
 
-def _engine(profile: Profile, logits: dict) -> Engine:
-    return Engine("fake", FakeTokenizer(), RecordingReader(logits), profile, 1_000_000)
+def _engine(profile: Profile, logits: dict) -> DecisionEngine:
+    return DecisionEngine("fake", FakeTokenizer(), RecordingReader(logits), profile, 1_000_000)
 
 
 def test_isolated_score_through_the_engine_reports_fits_and_mass():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from decide.core.engine import Engine
+from decide.core.engine import DecisionEngine
 from decide.core.labels import pick_labels
 from decide.core.profile import Profile
 from decide.core.protocol import parse_request
@@ -13,8 +13,8 @@ from tests.fakes import BOS, FakeTokenizer, RecordingReader, letter_token
 
 
 def plan_of(body: dict, profile: Profile | None = None, tokenizer: FakeTokenizer | None = None):
-    engine = Engine("fake", tokenizer or FakeTokenizer(), RecordingReader(), profile or Profile(),
-                    context_window=1_000_000)
+    engine = DecisionEngine("fake", tokenizer or FakeTokenizer(), RecordingReader(),
+                            profile or Profile(), context_window=1_000_000)
     return engine.plan(parse_request(body))
 
 
