@@ -19,11 +19,13 @@ import time
 
 from decide import metrics
 from decide.config.settings import Settings
+from decide.core.protocol import FOREGROUND
 from decide.llm.catalog import load_catalog
 from decide.store.db import make_engine
 from decide.store.workers import Heartbeat, new_worker_id
 from decide.transport.broker import Broker, ChannelListener, on_worker_shutting_down
 from decide.transport.lanes import CANCEL_CHANNEL, TASK_NAME, lanes_of
+from decide.worker.between_rows import ForegroundFirst
 from decide.worker.delivery import Delivery
 from decide.worker.execute import LEAVING, CancelledJobs, run_job
 from decide.worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
@@ -67,35 +69,31 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
             raise RuntimeError(f"worker of {config.name!r} got a job for {model!r}")
         return engine
 
-    last_look = [0.0]
+    def take_foreground() -> str | None:
+        try:
+            return broker.take_waiting(config.name, FOREGROUND)
+        except Exception as error:  # Redis away: look again after the next rows
+            log.warning("cannot look for foreground work (%s)", error)
+            return None
 
-    def serve_foreground_first() -> None:
-        """Between background rows: decode every foreground job waiting on our lane. A Redis
-        or database error here belongs to the foreground job, never to the background job
-        around it: the background job goes on, and a foreground job taken but not run is
-        sent again."""
-        now = time.monotonic()
-        if now - last_look[0] < FOREGROUND_LOOK_SECONDS:
-            return
-        last_look[0] = now
-        while True:
-            try:
-                waiting = broker.take_waiting(config.name, "foreground")
-            except Exception as error:  # Redis away: look again after the next rows
-                log.warning("cannot look for foreground work (%s)", error)
-                return
-            if waiting is None:
-                return
-            try:
-                run_job(waiting, db=db, engine_for=engine_for, worker_id=worker_id,
-                        on_finished=broker.publish_finished, cancelled=cancelled,
-                        max_attempts=settings.max_attempts)
-            except RunnerUnavailable:
-                raise  # the background job stops too; both go back to the queue
-            except Exception:
-                log.exception("foreground job %s could not be run between rows", waiting)
-                _send_again(broker, waiting, config.name)
-                return
+    def run_foreground(waiting: str) -> bool:
+        """A foreground job between background rows. A Redis or database error here belongs
+        to the foreground job, never to the background job around it: the background job
+        goes on, and a foreground job taken but not run is sent again."""
+        try:
+            run_job(waiting, db=db, engine_for=engine_for, worker_id=worker_id,
+                    on_finished=broker.publish_finished, cancelled=cancelled,
+                    max_attempts=settings.max_attempts)
+        except RunnerUnavailable:
+            raise  # the background job stops too; both go back to the queue
+        except Exception:
+            log.exception("foreground job %s could not be run between rows", waiting)
+            _send_again(broker, waiting, config.name)
+            return False
+        return True
+
+    serve_foreground_first = ForegroundFirst(take_foreground, run_foreground,
+                                             look_every=FOREGROUND_LOOK_SECONDS)
 
     @broker.celery.task(name=TASK_NAME)
     def run_job_task(job_id: str) -> str | None:
@@ -150,7 +148,7 @@ def _send_again(broker: Broker, job_id: str, model: str) -> None:
     """Put a foreground job back on its lane; a duplicate is harmless (claims are conditional),
     and where Redis is away too, the delivery loop sends it again from the database."""
     try:
-        broker.send(job_id, model, "foreground")
+        broker.send(job_id, model, FOREGROUND)
     except Exception as error:
         log.warning("foreground job %s is left to the delivery loop (%s)", job_id, error)
 

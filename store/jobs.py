@@ -28,8 +28,6 @@ QUEUED, RUNNING = "queued", "running"
 SUCCEEDED, FAILED, CANCELLED, EXPIRED = "succeeded", "failed", "cancelled", "expired"
 FINISHED = (SUCCEEDED, FAILED, CANCELLED, EXPIRED)
 STATUSES = (QUEUED, RUNNING, *FINISHED)
-PURGE_EVERY_SECONDS = 3600.0
-"""How often a worker applies retention (``apply_retention``)."""
 WORKER_CRASHED = "worker_crashed"
 """The error type of a job given up on: every worker that claimed it died while decoding it."""
 

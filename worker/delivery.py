@@ -29,6 +29,7 @@ from decide.store.db import Database
 from decide.store.leader import SessionLock
 from decide.store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
 from decide.transport.broker import Broker
+from decide.worker.between_rows import Retention
 from decide.worker.turns import KeyTurns
 
 log = logging.getLogger("decide.delivery")
@@ -56,8 +57,7 @@ class Delivery:
                  retention_days: float = 30.0, max_attempts: int = 3) -> None:
         self._db = db
         self._max_attempts = max_attempts
-        self._retention_seconds = retention_days * 86400
-        self._last_purge = -float("inf")
+        self._retention = Retention(db, retention_days)
         self._broker = broker
         self._models = models
         self._stopping = threading.Event()
@@ -120,9 +120,7 @@ class Delivery:
             self._repair_abandoned()
             forget_dead(self._db, silent_for=10 * DEAD_AFTER_SECONDS)
             self._live_workers = live_counts(self._db)
-        if now - self._last_purge >= jobs.PURGE_EVERY_SECONDS:
-            self._last_purge = now
-            jobs.apply_retention(self._db, time.time() - self._retention_seconds)
+        self._retention.apply_if_due()
         lengths = self._broker.lane_lengths(self._models)
         for model in self._models:
             for priority in PRIORITIES:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from decide import metrics
 from decide.config.settings import Settings
@@ -23,6 +22,7 @@ from decide.store import jobs
 from decide.store.db import Database
 from decide.store.workers import Heartbeat, new_worker_id
 from decide.transport.events import JobEvents
+from decide.worker.between_rows import ForegroundFirst, Retention
 from decide.worker.execute import LEAVING, CancelledJobs, run_job
 from decide.worker.fair_queue import FairQueue
 from decide.worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
@@ -45,6 +45,9 @@ class EmbeddedWorker:
         self._thread = threading.Thread(target=self._loop, name="decide-worker", daemon=True)
         self._stopping = threading.Event()
         self.cancelled = CancelledJobs()
+        self._retention = Retention(db, settings.retention_days)
+        self._foreground_first = ForegroundFirst(self._queue.take_foreground,
+                                                 self._run_foreground)
 
     @property
     def runner(self) -> Runner:
@@ -96,12 +99,9 @@ class EmbeddedWorker:
             self.send(job_id, job.model, job.priority, job.owner)
 
     def _loop(self) -> None:
-        last_purge = 0.0
         was_ready = False
         while not self._stopping.is_set():
-            if time.time() - last_purge >= jobs.PURGE_EVERY_SECONDS:
-                last_purge = time.time()
-                self._purge(last_purge - self._settings.retention_days * 86400)
+            self._apply_retention()
             ready = self._runner.wait_ready(READY_POLL_SECONDS)
             if ready != was_ready:
                 metrics.model_loaded.labels(self._catalog.default).set(1 if ready else 0)
@@ -116,7 +116,7 @@ class EmbeddedWorker:
         try:
             run_job(job_id, db=self._db, engine_for=self._engine_for,
                     on_finished=self._events.publish, cancelled=self.cancelled,
-                    yield_to_foreground=None if nested else self._serve_foreground_first,
+                    yield_to_foreground=None if nested else self._foreground_first,
                     max_attempts=self._settings.max_attempts, on_requeued=self._requeue)
         except RunnerUnavailable as unavailable:  # put back; it runs on the next runner
             log.error("job %s waits: %s", job_id, unavailable)
@@ -129,16 +129,16 @@ class EmbeddedWorker:
             self._stopping.wait(RETRY_PAUSE_SECONDS)
             self._queue.put(job_id, priority, owner)
 
-    def _purge(self, cutoff: float) -> None:
+    def _apply_retention(self) -> None:
         try:
-            jobs.apply_retention(self._db, cutoff)
+            self._retention.apply_if_due()
         except Exception:  # retention waits for the next round; jobs keep running
             log.exception("retention could not run")
 
-    def _serve_foreground_first(self) -> None:
-        """Between background rows: decode every foreground job waiting meanwhile."""
-        while (taken := self._queue.take_foreground()) is not None:
-            self._run(*taken, nested=True)
+    def _run_foreground(self, taken: tuple[str, str, str]) -> bool:
+        """A foreground job run between background rows; the next one waiting goes on."""
+        self._run(*taken, nested=True)
+        return True
 
     def stop(self) -> None:
         self._stopping.set()
