@@ -54,3 +54,13 @@ def test_a_reader_that_stops_reading_is_no_error(monkeypatch, capsys):
         os.close(saved)
         os.close(writer)
     assert "Broken pipe" not in capsys.readouterr().err
+
+
+def test_a_service_command_without_the_server_extra_names_it(monkeypatch, capsys):
+    """As on the base install (tests/api/test_base_install.py does it for real): a package of
+    ``decide[server]`` that cannot be imported is one line naming the extra, not a traceback."""
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # importing it now fails
+    assert main(["serve"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("decide: 'decide serve' needs the service's packages")
+    assert "pip install 'decide[server]' (no module named 'uvicorn')" in err
