@@ -16,10 +16,10 @@ from decide.api.schemas import JobList, JobRequest, JobSchema, request_body, res
 from decide.api.submit import accept, checked_metadata, checked_priority, owned_job
 from decide.api.views import job_view
 from decide.api.waiting import wait_finished
+from decide.core.protocol import MAX_WAIT_SECONDS
 from decide.store import jobs
 
 router = APIRouter()
-MAX_WAIT_SECONDS = 60.0
 JOB_FIELDS = ("priority", "metadata")
 
 

@@ -14,7 +14,8 @@ from decide.client import calls
 from decide.client.answers import Decision, parse_decision
 from decide.client.errors import DecisionTimeoutError, ServiceUnreachableError
 from decide.client.records import Batch, BatchResult, Job, batch_result
-from decide.client.sync import LONG_POLL_SECONDS, _decision_of
+from decide.client.sync import _decision_of
+from decide.core.protocol import MAX_WAIT_SECONDS
 
 
 class AsyncClient:
@@ -76,7 +77,7 @@ class AsyncClient:
         return job
 
     async def job(self, job_id: str, wait: float | None = None) -> Job:
-        params = {"wait": min(wait, LONG_POLL_SECONDS)} if wait else None
+        params = {"wait": min(wait, MAX_WAIT_SECONDS)} if wait else None
         body, _ = await self._call("GET", f"/v1/jobs/{job_id}", params=params,
                                    timeout=(wait or 0) + self.timeout)
         return Job.from_wire(body)
@@ -85,7 +86,7 @@ class AsyncClient:
         deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
         while True:
             left = deadline - time.monotonic()
-            job = await self.job(job_id, wait=max(0.0, min(LONG_POLL_SECONDS, left)) or None)
+            job = await self.job(job_id, wait=max(0.0, min(MAX_WAIT_SECONDS, left)) or None)
             if job.finished:
                 return _decision_of(job, self._questions.get(job_id))
             if time.monotonic() >= deadline:

@@ -13,8 +13,7 @@ from decide.client import calls
 from decide.client.answers import Decision, parse_decision
 from decide.client.errors import DecisionTimeoutError, JobFailedError, ServiceUnreachableError
 from decide.client.records import Batch, BatchResult, Job, batch_result
-
-LONG_POLL_SECONDS = 60.0
+from decide.core.protocol import MAX_WAIT_SECONDS
 
 
 class Client:
@@ -80,7 +79,7 @@ class Client:
         return job
 
     def job(self, job_id: str, wait: float | None = None) -> Job:
-        params = {"wait": min(wait, LONG_POLL_SECONDS)} if wait else None
+        params = {"wait": min(wait, MAX_WAIT_SECONDS)} if wait else None
         body, _ = self._call("GET", f"/v1/jobs/{job_id}", params=params,
                              timeout=(wait or 0) + self.timeout)
         return Job.from_wire(body)
@@ -90,7 +89,7 @@ class Client:
         deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
         while True:
             left = deadline - time.monotonic()
-            job = self.job(job_id, wait=max(0.0, min(LONG_POLL_SECONDS, left)) or None)
+            job = self.job(job_id, wait=max(0.0, min(MAX_WAIT_SECONDS, left)) or None)
             if job.finished:
                 return _decision_of(job, self._questions.get(job_id))
             if time.monotonic() >= deadline:

@@ -20,6 +20,9 @@ FOREGROUND = PRIORITIES[0]
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """SPEC §2.4: a body (after decompression) may not be larger than this."""
 BODY_TOO_LARGE = f"the request body is over {MAX_BODY_BYTES:,} bytes (32 MiB)"
+MAX_WAIT_SECONDS = 60.0
+"""SPEC §4: the longest ``GET /v1/jobs/{id}?wait=S`` may hold a call (the client long-polls
+in waits of at most this)."""
 
 
 def means_default_model(name: str | None) -> bool:
