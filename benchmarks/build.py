@@ -80,7 +80,7 @@ def main() -> None:
         return
     environment = dict(os.environ)
     if "OMP_WAIT_POLICY" not in environment and "GOMP_SPINCOUNT" not in environment:
-        environment["GOMP_SPINCOUNT"] = "100"  # as a runner waits (worker/threads.py)
+        environment["GOMP_SPINCOUNT"] = "100"  # as a runner waits (llm/threads.py)
     results: dict[str, dict] = {}
     for _ in range(args.rounds):
         for build in args.python:

@@ -7,7 +7,7 @@ Run on demand (not a test):
 llama.cpp's threads meet at a barrier after every operation of a forward pass; when another
 process holds one of their cores, a spinning wait stalls them all. For each thread count and
 OpenMP wait (libgomp's default spin of 300,000 rounds before a thread sleeps at a
-barrier, shorter spins, the runner's default of 100, and no spin at all: worker/threads.py)
+barrier, shorter spins, the runner's default of 100, and no spin at all: llm/threads.py)
 this starts a real runner (``worker.runner``, as a worker does), decodes two-question
 decisions over distinct states for ``--seconds``, then does the same while a CPU-bound
 Python loop runs beside it, and prints decisions per second and the slowdown.

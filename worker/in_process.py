@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from decide.config.settings import Settings
-from decide.worker.threads import apply_wait_policy
+from decide.llm.threads import apply_wait_policy
 from decide.worker.variants import (
     LIBRARY_PATH_VARIABLE,
     Variant,

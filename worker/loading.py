@@ -6,7 +6,7 @@ from decide.config.settings import Settings
 from decide.llm.catalog import ModelConfig
 from decide.llm.engines import LoadedEngine, gpu_layers, load_engine
 from decide.llm.gguf import GgufModel
-from decide.worker.reader import LlamaReader
+from decide.llm.reader import LlamaReader
 
 
 def _make_reader(model: GgufModel, window: int, config: ModelConfig,

@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     connection = Connection(args.fd)
     kind, settings, model = connection.recv()
     assert kind == "init"
-    from decide.worker.threads import apply_wait_policy
+    from decide.llm.threads import apply_wait_policy
 
     wait_policy = apply_wait_policy()  # before llama.cpp (and its OpenMP) is loaded
     try:

@@ -1,4 +1,4 @@
-"""The packed option plan on the real model (``worker.packing``): an option's log-probabilities
+"""The packed option plan on the real model (``llm.packing``): an option's log-probabilities
 are the same bits whatever else the request asks: the other options of its question (how
 many, which, in what order), the other questions, their ids, the round it lands in, and the
 requests before. Priors go through the same plan."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-import decide.worker.reader as reader_module
+import decide.llm.reader as reader_module
 from decide.core.protocol import parse_request
-from decide.worker.packing import GROUP, UBATCH, rounds, split_row
+from decide.llm.packing import GROUP, UBATCH, rounds, split_row
 
 pytestmark = pytest.mark.model
 

@@ -1,11 +1,11 @@
-"""The packed plan's batching rule and rounds (``worker.packing``), on made-up tokens, and which
+"""The packed plan's batching rule and rounds (``llm.packing``), on made-up tokens, and which
 GGUFs need their output rows grouped. Pure: no model is loaded."""
 
 from __future__ import annotations
 
 import struct
 
-from decide.worker.packing import (
+from decide.llm.packing import (
     GROUP,
     ROW_SAFE_TYPES,
     UBATCH,

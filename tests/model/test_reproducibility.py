@@ -154,7 +154,7 @@ def test_a_failure_while_reading_a_piece_leaves_the_cache_consistent(default_eng
                                                                      monkeypatch):
     """An error after the piece reached llama.cpp but before the reader noted it: the reader
     forgets its cache, so the next reads decode from scratch and give the usual numbers."""
-    import decide.worker.reader as reader_module
+    import decide.llm.reader as reader_module
 
     reader = default_engine.reader
     plan = default_engine.engine.plan(parse_request({"state": TICKET,

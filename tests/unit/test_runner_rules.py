@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from decide.llm.threads import apply_wait_policy
 from decide.worker import variants
 from decide.worker.crashes import describe_exit
 from decide.worker.probe import ProbeFailed, check_values, enabled_features, probe_values
-from decide.worker.threads import apply_wait_policy
 from decide.worker.variants import Variant, candidates, proven_variant, record_proof
 
 FLAGS = frozenset({"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512dq",

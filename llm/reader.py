@@ -6,7 +6,7 @@ position 0, alone; a request over the same state skips it.
 
 * Label rows: each row's suffix is decoded alone on top of the prefix, its label logits are
   copied out, and the suffix is removed from the cache again.
-* Option rows (on CPU): packed, as ``worker.packing`` describes. A round of rows decodes each
+* Option rows (on CPU): packed, as ``llm.packing`` describes. A round of rows decodes each
   question piece once and its options as a trie (each distinct proper prefix of an option
   once), in sequences copied from the prefix's, in batches of at most 48 tokens that follow a
   batching rule under which llama.cpp computes every token the same way whatever else its
@@ -37,7 +37,7 @@ import numpy as np
 
 from decide.core.rows import Row
 from decide.llm.gguf import GgufModel
-from decide.worker.packing import (
+from decide.llm.packing import (
     GROUP,
     Rows,
     batches,
@@ -46,7 +46,7 @@ from decide.worker.packing import (
     rounds,
     split_row,
 )
-from decide.worker.threads import default_threads
+from decide.llm.threads import default_threads
 
 DEFAULT_BATCH = 512
 OPTION_SEQUENCES = 128
@@ -161,7 +161,7 @@ class LlamaReader:
         return self._single
 
     def _options(self) -> _Context:
-        """The packed context: flash attention, many sequences (``worker.packing``)."""
+        """The packed context: flash attention, many sequences (``llm.packing``)."""
         if self._multi is None:
             self._multi = _Context(self.model, cells=self.context_size + SPARE_CELLS,
                                    threads=self.threads, batch_size=self.batch_size,
