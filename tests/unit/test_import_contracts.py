@@ -1,0 +1,53 @@
+"""The dependency rules of pyproject.toml's [tool.importlinter] hold on the tree, and fail on a
+reversed import: a copy of the tree laid out as the wheel installs it, with one import turned
+the wrong way, is refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.lint_imports import ROOT, lay_out
+
+LINT = """
+import os, sys
+layout, root, config = sys.argv[1:4]
+sys.path.insert(0, layout)
+sys.path.append(root)  # the contract type lives in tests.support.contracts
+os.chdir(layout)
+from importlinter.cli import lint_imports
+sys.exit(lint_imports(config_filename=config, no_cache=True, no_logo=True))
+"""
+
+
+def lint(layout: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", LINT, str(layout), str(ROOT),
+                           str(ROOT / "pyproject.toml")],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_tree_keeps_every_contract(tmp_path):
+    lay_out(tmp_path)
+    result = lint(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "BROKEN" not in result.stdout
+
+
+@pytest.mark.parametrize(("module", "line", "contract"), [
+    ("decide/core/rows.py", "from decide.store import db", "standard library and itself"),
+    ("decide/core/readout.py", "import json, numpy", "standard library and itself"),
+    ("decide/store/jobs.py", "from decide.api import errors", "One direction"),
+    ("decide/api/submit.py", "from decide.worker import fair_queue", "One direction"),
+    ("decide/metrics/__init__.py", "import sqlalchemy", "SQLAlchemy"),
+], ids=["core→store", "core→numpy", "store→api", "api→worker", "metrics→sqlalchemy"])
+def test_a_reversed_import_breaks_a_contract(tmp_path, module, line, contract):
+    lay_out(tmp_path)
+    target = tmp_path / module
+    target.write_text(target.read_text() + f"\n{line}  # turned the wrong way\n")
+    result = lint(tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    broken = [text for text in result.stdout.splitlines() if " BROKEN" in text]
+    assert any(contract in text for text in broken), result.stdout
