@@ -28,6 +28,7 @@ rewound to the end of the prefix.
 
 from __future__ import annotations
 
+import logging
 import math
 import platform
 from collections.abc import Callable, Sequence
@@ -53,6 +54,8 @@ OPTION_SEQUENCES = 128
 """Sequences of the packed context: the prefix's, a round's pieces and options, the padding's."""
 SPARE_CELLS = 256
 """Cells the packed context holds beyond the context size: a round's padding."""
+
+log = logging.getLogger("decide.worker")
 
 
 class DecodeError(RuntimeError):
@@ -135,7 +138,9 @@ class LlamaReader:
         self.threads = threads or default_threads()
         self.gpu_offload = gpu_offload
         self.packed = gpu_offload == 0
-        """Option rows packed (CPU); on a GPU they are read one by one."""
+        """Option rows packed (CPU); on a GPU, or where this host's build breaks the batching
+        rule (``_check_packing``), they are read one by one."""
+        self._packing_checked = False
         self._grouped_outputs = self.packed and output_rows_grouped(
             model.path, x86_64=platform.machine().lower() in ("x86_64", "amd64"))
         self._single: _Context | None = None
@@ -176,6 +181,8 @@ class LlamaReader:
         try:
             while index < len(rows):
                 row = rows[index]
+                if row.continuation and self.packed and not self._packing_checked:
+                    self._check_packing()
                 if row.continuation and self.packed:
                     end = index
                     while end < len(rows) and rows[end].continuation:
@@ -201,6 +208,34 @@ class LlamaReader:
         return results
 
     # Packed option rows (CPU).
+
+    def _check_packing(self) -> None:
+        """Read made-up option rows packed together, backwards and (three of them) alone, once
+        per reader, before its first packed row; unless all three give the same bits, read option
+        rows one by one from then on.
+
+        The batching rule (``llm.packing``) is derived from the CPU kernels of the build this
+        project installs; a host whose kernels differ (another instruction set, a llama.cpp
+        built otherwise) would make a row's numbers depend on its companions. That host then
+        answers a little slower, never differently by company."""
+        self._packing_checked = True
+        prefix, rows = _packing_check_rows(self.model.vocab_size)
+
+        def packed(order: Sequence[Row]) -> list[list[float]]:
+            found: list[list[float]] = [[] for _ in order]
+            self._read_packed(prefix, order, 0, len(order), found, None)
+            return found
+
+        together = packed(rows)
+        backwards = packed(rows[::-1])[::-1]
+        edges = (0, 3, len(rows) - 1)  # a first row, a deepest leaf, the last piece's last
+        if together == backwards and all(packed([rows[index]])[0] == together[index]
+                                         for index in edges):
+            return
+        self.packed = False
+        log.warning("model %r: this host's llama.cpp build gives packed option rows numbers "
+                    "that depend on their companions; reading option rows one by one",
+                    self.model.name)
 
     def _read_packed(self, prefix: tuple[int, ...], rows: Sequence[Row], first: int, end: int,
                      results: list[list[float]],
@@ -375,6 +410,25 @@ class LlamaReader:
         for context in (self._single, self._multi):
             if context is not None:
                 context.close()
+
+
+def _packing_check_rows(vocab_size: int) -> tuple[tuple[int, ...], list[Row]]:
+    """A made-up prefix and option rows for ``LlamaReader._check_packing``: two question pieces,
+    options of one to four tokens that share leading tokens (a trie with several leaves), over
+    60 tokens in all, so that a round spans batches and splits its outputs."""
+    def token(number: int) -> int:
+        return 1000 + number * 37 % max(vocab_size - 1000, 1)
+
+    prefix = tuple(token(number) for number in range(12))
+    pieces = [tuple(token(100 + number) for number in range(20)),
+              tuple(token(200 + number) for number in range(18))]
+    options = [(token(300),), (token(300), token(301)), (token(300), token(302), token(303)),
+               (token(310), token(311), token(312), token(313)), (token(320),),
+               (token(310), token(311), token(314))]
+    rows = [Row(question_id=str(number), suffix_text="", suffix=piece + option,
+                option=index, continuation=len(option))
+            for number, piece in enumerate(pieces) for index, option in enumerate(options)]
+    return prefix, rows
 
 
 class _LogSoftmax:

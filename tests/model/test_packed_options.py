@@ -136,3 +136,48 @@ def test_option_rows_are_read_in_few_batches_that_keep_the_rule(default_engine, 
     assert all(count % GROUP == 0 and count <= UBATCH for count, _ in seen)
     assert all(outputs != 1 for _, outputs in seen)
     assert len(seen) <= -(-real_tokens // UBATCH) + len(cut)
+
+
+def test_this_host_keeps_the_batching_rule(default_engine):
+    """The reader checks the rule on its host before its first packed row (made-up rows read
+    together, backwards and alone); here it holds, so option rows stay packed."""
+    reader = default_engine.reader
+    reader.read(*first_option_row(default_engine))
+    assert reader._packing_checked and reader.packed
+
+
+def test_a_host_that_breaks_the_rule_reads_option_rows_one_by_one(default_engine, monkeypatch,
+                                                                  caplog):
+    """Where the check finds packed rows that differ by company, the reader stops packing and
+    reads each option alone: slower, and still the same bits whatever the companions."""
+    from decide.llm.reader import LlamaReader
+
+    reader = LlamaReader(default_engine.reader.model, context_size=2048)
+    real = reader._read_packed
+    calls = []
+
+    def drifting(prefix, rows, first, end, results, before_row):
+        real(prefix, rows, first, end, results, before_row)
+        calls.append(end - first)
+        if len(calls) == 1:  # the check's first reading, as a host with other kernels gives it
+            results[first] = [value + 1e-6 for value in results[first]]
+
+    monkeypatch.setattr(reader, "_read_packed", drifting)
+    try:
+        with caplog.at_level("WARNING", logger="decide.worker"):
+            prefix, rows = first_option_row(default_engine, questions={"q": choice(TEAMS[:8])})
+            wide = reader.read(prefix, rows)
+        assert not reader.packed
+        assert "one by one" in caplog.text
+        checked = len(calls)
+        pair = reader.read(prefix, rows[2:4])
+        assert len(calls) == checked  # no packed read after the check
+        assert pair == wide[2:4]
+    finally:
+        reader.close()
+
+
+def first_option_row(loaded, questions: dict | None = None):
+    request = parse_request({"state": TICKET, "questions": questions or {"q": choice(TEAMS[:2])}})
+    plan = loaded.engine.plan(request)
+    return plan.prefix, plan.rows
