@@ -38,6 +38,7 @@ import numpy as np
 
 from decide.core.rows import Row
 from decide.llm.gguf import GgufModel
+from decide.llm.hidden import HiddenProjection
 from decide.llm.packing import (
     GROUP,
     Rows,
@@ -154,6 +155,7 @@ class LlamaReader:
         cache not counted, padding neither)."""
         self.tokens_padded = 0
         """Padding tokens the packing rule added to complete a batch."""
+        self._projection: HiddenProjection | None = None
 
     def _labels(self) -> _Context:
         """The one-sequence context: label rows, and option rows on a GPU."""
@@ -174,9 +176,11 @@ class LlamaReader:
         return self._multi
 
     def read(self, prefix: Sequence[int], rows: Sequence[Row],
-             before_row: Callable[[], None] | None = None) -> list[list[float]]:
+             before_row: Callable[[], None] | None = None, *,
+             hidden: dict[int, list[float]] | None = None) -> list[list[float]]:
         prefix = tuple(prefix)
         results: list[list[float]] = [[] for _ in rows]
+        hidden = {} if hidden is None else hidden
         index = 0
         try:
             while index < len(rows):
@@ -187,7 +191,7 @@ class LlamaReader:
                     end = index
                     while end < len(rows) and rows[end].continuation:
                         end += 1
-                    self._read_packed(prefix, rows, index, end, results, before_row)
+                    self._read_packed(prefix, rows, index, end, results, before_row, hidden)
                     index = end
                     continue
                 if before_row is not None:
@@ -196,10 +200,15 @@ class LlamaReader:
                 self._ensure_prefix(context, prefix)
                 if row.continuation:
                     results[index] = self._option_logprobs(context, row, start=len(prefix))
+                    if index in hidden:
+                        assert self._piece_next is not None
+                        hidden[index] = self._hidden_state(self._piece_next.logits)
                 else:
                     self._drop_piece()
                     try:
-                        results[index] = self._label_logits(context, row, start=len(prefix))
+                        results[index] = self._label_logits(
+                            context, row, start=len(prefix),
+                            hidden=hidden if index in hidden else None, index=index)
                     finally:
                         llama_cpp.llama_memory_seq_rm(context.memory, 0, len(prefix), -1)
                 index += 1
@@ -223,7 +232,7 @@ class LlamaReader:
 
         def packed(order: Sequence[Row]) -> list[list[float]]:
             found: list[list[float]] = [[] for _ in order]
-            self._read_packed(prefix, order, 0, len(order), found, None)
+            self._read_packed(prefix, order, 0, len(order), found, None, {})
             return found
 
         together = packed(rows)
@@ -239,10 +248,12 @@ class LlamaReader:
 
     def _read_packed(self, prefix: tuple[int, ...], rows: Sequence[Row], first: int, end: int,
                      results: list[list[float]],
-                     before_row: Callable[[], None] | None) -> None:
+                     before_row: Callable[[], None] | None,
+                     hidden: dict[int, list[float]]) -> None:
         """Option rows ``first``..``end`` in rounds; each round's rows ask ``before_row`` first,
         then the round is decoded whole (another request decoded meanwhile finds the cache
-        holding a prefix only)."""
+        holding a prefix only). Rows whose index is a key of ``hidden`` get the hidden state
+        at their question piece's last token."""
         split = [split_row(rows[index].suffix, rows[index].continuation)
                  for index in range(first, end)]
         context = self._options()
@@ -252,13 +263,20 @@ class LlamaReader:
                 for _ in members:
                     before_row()
             self._ensure_prefix(context, prefix)
+            slots = {member: [] for member in members if first + member in hidden}
             for member, values in zip(members, self._decode_round(context, split, members,
-                                                                  start=len(prefix)),
+                                                                  start=len(prefix),
+                                                                  slots=slots),
                                       strict=True):
                 results[first + member] = values
+            for member, state in slots.items():
+                hidden[first + member] = state
 
     def _decode_round(self, context: _Context, split: Rows, members: list[int], *,
-                      start: int) -> list[list[float]]:
+                      start: int, slots: dict[int, list[float]]) -> list[list[float]]:
+        """The round's option log-probabilities; each member that is a key of ``slots`` gets
+        the hidden state at its question piece's last token (where its option's first token is
+        read)."""
         items, used = round_items(split, members, start, first_seq=1)
         padding = context.sequences - 1
         found = {member: [0.0] * len(split[member][1]) for member in members}
@@ -284,9 +302,12 @@ class LlamaReader:
                 self.tokens_padded += batch.pads
                 for index, item in enumerate(batch.items):
                     if item.reads:
-                        normalised = _LogSoftmax(context.logits(index))
+                        logits = context.logits(index)
+                        normalised = _LogSoftmax(logits)
                         for member, position, token in item.reads:
                             found[member][position] = normalised(token)
+                            if position == 0 and member in slots:
+                                slots[member] = self._hidden_state(logits)
                 llama_cpp.llama_memory_seq_rm(memory, padding, -1, -1)
         finally:
             for seq in (*range(1, 1 + used), padding):
@@ -298,12 +319,17 @@ class LlamaReader:
 
     # Label rows, and option rows read one by one (GPU).
 
-    def _label_logits(self, context: _Context, row: Row, *, start: int) -> list[float]:
-        """The logits of the row's labels at its answer slot (its last token)."""
+    def _label_logits(self, context: _Context, row: Row, *, start: int,
+                      hidden: dict[int, list[float]] | None = None,
+                      index: int = 0) -> list[float]:
+        """The logits of the row's labels at its answer slot (its last token); with ``hidden``,
+        the hidden state there too, as ``hidden[index]``."""
         found: list[float] = []
 
-        def keep(index: int, logits: np.ndarray) -> None:
+        def keep(_: int, logits: np.ndarray) -> None:
             found.extend(float(logits[token]) for token in row.label_ids)
+            if hidden is not None:
+                hidden[index] = self._hidden_state(logits)
 
         self._decode(context, row.suffix, start=start, keep_from=len(row.suffix) - 1,
                      on_logits=keep)
@@ -399,6 +425,12 @@ class LlamaReader:
                 if on_logits is not None:
                     on_logits(offset + index, logits)
 
+    def _hidden_state(self, logits: np.ndarray) -> list[float]:
+        """The final hidden state behind a logits row (``llm.hidden``)."""
+        if self._projection is None:
+            self._projection = HiddenProjection.of(self.model.path)
+        return self._projection.hidden(logits)
+
     def _run(self, context: _Context, count: int, where: str) -> None:
         status = context.decode(count)
         if status != 0:
@@ -442,6 +474,10 @@ class _LogSoftmax:
         top = float(logits.max())
         self._normaliser = top + math.log(float(np.exp(logits - np.float32(top)).sum(
             dtype=np.float64)))
+
+    @property
+    def logits(self) -> np.ndarray:
+        return self._logits
 
     def __call__(self, token: int) -> float:
         return float(self._logits[token]) - self._normaliser

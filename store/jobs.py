@@ -28,6 +28,8 @@ QUEUED, RUNNING = "queued", "running"
 SUCCEEDED, FAILED, CANCELLED, EXPIRED = "succeeded", "failed", "cancelled", "expired"
 FINISHED = (SUCCEEDED, FAILED, CANCELLED, EXPIRED)
 STATUSES = (QUEUED, RUNNING, *FINISHED)
+DECISION, FIT = "decision", "fit"
+"""A job's kinds: a decision, or fitting a taught question (``store.taught``)."""
 WORKER_CRASHED = "worker_crashed"
 """The error type of a job given up on: every worker that claimed it died while decoding it."""
 
@@ -78,6 +80,8 @@ class JobRecord:
     custom_id: str | None = None
     sync_waiters: int = 0
     """Sync callers waiting on the job now (identical sync calls from one key share it)."""
+    kind: str = "decision"
+    """``decision``, or ``fit`` (fitting a taught question: not listed with the caller's jobs)."""
 
     @property
     def finished(self) -> bool:
@@ -112,7 +116,7 @@ class IdempotencyConflict(Exception):
 def create_job(db: Engine, *, owner: str, model: str, priority: str, request: dict[str, Any],
                metadata: dict[str, Any] | None, rows: int, input_tokens: int,
                idempotency_key: str | None = None, request_hash: str | None = None,
-               sync_waiters: int = 0) -> tuple[JobRecord, bool]:
+               sync_waiters: int = 0, kind: str = DECISION) -> tuple[JobRecord, bool]:
     """Store a queued job; returns it (without its request) and whether it is new.
 
     With an idempotency key already used by this owner, the earlier job is returned when the
@@ -126,7 +130,7 @@ def create_job(db: Engine, *, owner: str, model: str, priority: str, request: di
               "status": QUEUED, "request": _dumps(request), "metadata": _dumps(metadata),
               "rows": rows, "input_tokens": input_tokens, "idempotency_key": idempotency_key,
               "request_hash": request_hash, "cancel_requested": False, "decode_runs": 0,
-              "created_at": time.time(), "sync_waiters": sync_waiters}
+              "created_at": time.time(), "sync_waiters": sync_waiters, "kind": kind}
     try:
         with db.begin() as connection:
             row = connection.execute(jobs.insert().values(**values)
@@ -203,7 +207,7 @@ def list_jobs(db: Engine, *, owner: str, status: str | None, limit: int,
               after: str | None) -> list[JobRecord]:
     """An owner's jobs, newest first, without their requests; ``after`` is the last id of the
     previous page."""
-    query = select(*SUMMARY_COLUMNS).where(jobs.c.owner == owner)
+    query = select(*SUMMARY_COLUMNS).where(jobs.c.owner == owner, jobs.c.kind == DECISION)
     if status is not None:
         query = query.where(jobs.c.status == status)
     if after is not None:

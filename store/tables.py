@@ -49,6 +49,7 @@ jobs = Table(
     Column("item_index", Integer, nullable=True),
     Column("custom_id", Text, nullable=True),
     Column("sync_waiters", Integer, nullable=False, default=0, server_default="0"),
+    Column("kind", String(16), nullable=False, default="decision", server_default="decision"),
     UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
     Index("ix_jobs_owner_id", "owner", "id"),
     Index("ix_jobs_lane", "status", "model", "priority", "created_at"),
@@ -90,6 +91,40 @@ workers = Table(
     Column("started_at", Float, nullable=False),
     Column("last_seen", Float, nullable=False),
 )
+
+taught_questions = Table(
+    "taught_questions", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("owner", String(64), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("match_key", String(64), nullable=False),
+    Column("question", Text, nullable=False),
+    Column("examples", Text, nullable=False),
+    Column("from_labels", Boolean, nullable=False, default=False),
+    Column("status", String(16), nullable=False),
+    Column("fit", Text, nullable=True),
+    Column("readout", Text, nullable=True),
+    Column("model_identity", String(100), nullable=True),
+    Column("error", Text, nullable=True),
+    Column("job_id", String(40), nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("finished_at", Float, nullable=True),
+    Index("ix_taught_owner_id", "owner", "id"),
+    Index("ix_taught_match", "owner", "match_key", "status"),
+)
+"""Questions taught from labelled examples; a ready one holds its fitted readout."""
+
+job_labels = Table(
+    "job_labels", metadata,
+    Column("job_id", String(40), primary_key=True),
+    Column("question_key", Text, primary_key=True),
+    Column("owner", String(64), nullable=False),
+    Column("match_key", String(64), nullable=False),
+    Column("answer", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_job_labels_match", "owner", "match_key"),
+)
+"""The right answer to a past decision's question, recorded by its owner."""
 
 usage = Table(
     "usage", metadata,

@@ -9,16 +9,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from decide.core.errors import RequestTooLarge
+from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.core.labels import Tokenizer, pick_labels
 from decide.core.option_rows import OptionRowBuilder, option_count
 from decide.core.priors import PriorCache
 from decide.core.profile import OPTION_READOUT, Profile
 from decide.core.protocol import DecisionRequest
-from decide.core.questions import Question, ScoreQuestion
-from decide.core.readout import Readout, answer
+from decide.core.questions import TAUGHT_FIELD, Question, ScoreQuestion
+from decide.core.readout import Readout, answer, taught_answer
 from decide.core.render import CHUNK_CHARS, render_state
 from decide.core.rows import RowBuilder, RowPlan, RowReader, is_isolated
+from decide.core.taught import TaughtReadout, answer_keys
 
 ROWS_RULE = {
     "labels": "one per choice or noul question, one per level of an isolated score",
@@ -42,6 +43,8 @@ class Reading:
     plan: RowPlan
     logits: list[list[float]]
     priors: list[list[float]]
+    hidden: dict[str, list[float]] = field(default_factory=dict)
+    """The hidden state at the answer slot of each question that asked for it."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ class Decision:
     input_tokens: int
     timings: dict[str, float] = field(default_factory=dict, compare=False)
     rows_by_type: dict[str, int] = field(default_factory=dict, compare=False)
+    hidden: dict[str, list[float]] = field(default_factory=dict, compare=False)
+    """The hidden state at the answer slot of each question in ``hidden_for`` (fitting)."""
 
     def to_wire(self) -> dict[str, Any]:
         return {"model": self.model,
@@ -261,24 +266,41 @@ class DecisionEngine:
     def read(self, request: DecisionRequest,
              before_row: Callable[[], None] | None = None) -> Reading:
         """Plan a request and read every row of it (the only step that touches the model)."""
-        return self._read(self.plan(request), before_row)
+        return self._read(self.plan(request), before_row, _hidden_wanted(request))
 
-    def _read(self, plan: RowPlan, before_row: Callable[[], None] | None) -> Reading:
+    def _read(self, plan: RowPlan, before_row: Callable[[], None] | None,
+              hidden_wanted: frozenset[str] = frozenset()) -> Reading:
         if self._reader is None:
             raise RuntimeError(f"engine for {self.model_name!r} was built without a reader")
-        logits = self._reader.read(plan.prefix, plan.rows, before_row)
+        slots = _answer_slots(plan, hidden_wanted)
+        if slots:
+            found: dict[int, list[float]] = {index: [] for index in slots.values()}
+            logits = self._reader.read(plan.prefix, plan.rows, before_row, hidden=found)
+            hidden = {question_id: found[index] for question_id, index in slots.items()}
+            if any(not values for values in hidden.values()):
+                raise InvalidRequest(errors=[FieldError(
+                    loc=("model",), msg=f"model {self.model_name!r} cannot report its hidden "
+                    "state, so it cannot answer or teach a taught question", type="value_error")])
+        else:
+            logits, hidden = self._reader.read(plan.prefix, plan.rows, before_row), {}
         priors = self._priors.read(self._reader, plan.prior_prefix, plan.prior_rows, before_row)
-        return Reading(plan=plan, logits=logits, priors=priors)
+        return Reading(plan=plan, logits=logits, priors=priors, hidden=hidden)
 
     def decide(self, request: DecisionRequest,
                before_row: Callable[[], None] | None = None) -> Decision:
         started = time.perf_counter()
         plan = self.plan(request)
         planned = time.perf_counter()
-        reading = self._read(plan, before_row)
+        reading = self._read(plan, before_row, _hidden_wanted(request))
         decoded = time.perf_counter()
         answers = assemble(request.questions, plan, reading.logits, self.profile,
                            reading.priors)
+        for question in request.questions:
+            readout = request.taught.get(question.id)
+            if readout is not None:
+                answers[question.id] = taught_answer(
+                    question, _in_question_order(readout, question,
+                                                 reading.hidden[question.id]), readout.id)
         types = {question.id: question.type for question in request.questions}
         rows_by_type: dict[str, int] = {}
         for row in plan.rows + plan.prior_rows:
@@ -286,7 +308,37 @@ class DecisionEngine:
         return Decision(model=self.model_name, answers=answers, input_tokens=plan.input_tokens,
                         timings={"plan_ms": (planned - started) * 1000,
                                  "decode_ms": (decoded - planned) * 1000},
-                        rows_by_type=rows_by_type)
+                        rows_by_type=rows_by_type,
+                        hidden={question_id: reading.hidden[question_id]
+                                for question_id in request.hidden_for})
+
+
+def _hidden_wanted(request: DecisionRequest) -> frozenset[str]:
+    return request.hidden_for | frozenset(request.taught)
+
+
+def _answer_slots(plan: RowPlan, question_ids: frozenset[str]) -> dict[str, int]:
+    """The row whose answer slot is each question's: its first row (an option readout's rows
+    of one question share their question piece, whose last token is the slot)."""
+    slots: dict[str, int] = {}
+    for index, row in enumerate(plan.rows):
+        if row.question_id in question_ids and row.question_id not in slots:
+            slots[row.question_id] = index
+    return slots
+
+
+def _in_question_order(readout: TaughtReadout, question: Question,
+                       hidden: Sequence[float]) -> list[float]:
+    """The readout's probabilities in the question's own answer order (a choice's options may
+    come in any order); a question whose answers are not the readout's is refused."""
+    by_answer = dict(zip(readout.answers, readout.probabilities(hidden), strict=True))
+    keys = answer_keys(question)
+    if sorted(keys) != sorted(by_answer):
+        raise InvalidRequest(errors=[FieldError(
+            loc=("questions", question.id, TAUGHT_FIELD),
+            msg=f"taught question {readout.id} answers {sorted(by_answer)}, and this question's "
+                f"answers are {sorted(keys)}", type="value_error")])
+    return [by_answer[key] for key in keys]
 
 
 def assemble(questions: Sequence[Question], plan: RowPlan, logits: Sequence[Sequence[float]],

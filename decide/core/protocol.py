@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decide.core.questions import Collector, Question, json_kind, parse_questions, raise_if_any
+from decide.core.taught import TaughtReadout
 
 DEFAULT_MODEL_PREFIX = "jev-"
 """Any model name starting with this (the SDK sends ``jev-latest``) means the default model."""
@@ -39,6 +40,10 @@ class DecisionRequest:
     model: str | None = None
     extensions: dict[str, Any] = field(default_factory=dict)
     """Our own optional top-level fields (those starting with ``x_``), kept as sent."""
+    taught: dict[str, TaughtReadout] = field(default_factory=dict)
+    """The taught readouts that answer questions, by question id (set by the worker)."""
+    hidden_for: frozenset[str] = frozenset()
+    """Question ids whose hidden state at the answer slot the decision reports (fitting)."""
 
     @property
     def wants_default_model(self) -> bool:

@@ -6,7 +6,7 @@ SPEC §2.3 relative to the body, e.g. ``("questions", "department", "criteria")`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from decide.core.errors import FieldError, InvalidRequest, Loc
@@ -17,6 +17,8 @@ QUESTION_TYPES: tuple[QuestionType, ...] = ("choice", "noul", "score")
 MIN_OPTIONS, MAX_OPTIONS = 2, 255
 MIN_LEVELS, MAX_LEVELS = 2, 10
 NOUL_QUESTION = "Which answer fits the context?"
+TAUGHT_FIELD = "x_taught"
+"""A question's own choice of readout: a taught question's id, or false for zero-shot."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class ChoiceQuestion:
     instructions: str
     options: tuple[Option, ...]
     type: QuestionType = "choice"
+    taught: str | bool | None = field(default=None, compare=False)
+    """``x_taught``: a taught question's id, False for zero-shot, None to match one."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class NoulQuestion:
     when_true: str | None = None
     when_false: str | None = None
     type: QuestionType = "noul"
+    taught: str | bool | None = field(default=None, compare=False)
+    """``x_taught``: a taught question's id, False for zero-shot, None to match one."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,8 @@ class ScoreQuestion:
     isolated: bool | None = None
     """The question's own ``isolated`` flag; None leaves it to the model's profile."""
     type: QuestionType = "score"
+    taught: str | bool | None = field(default=None, compare=False)
+    """``x_taught``: a taught question's id, False for zero-shot, None to match one."""
 
 
 Question = ChoiceQuestion | NoulQuestion | ScoreQuestion
@@ -144,7 +152,22 @@ def parse_question(question_id: str, body: Any, errors: Collector) -> Question |
                                              "instructions"))
     parser = {"choice": _parse_choice, "noul": _parse_noul, "score": _parse_score}[kind]
     question = parser(question_id, body, instructions, errors)
-    return question if len(errors.errors) == before else None
+    taught = _parse_taught(body, loc, errors)
+    if question is None or len(errors.errors) != before:
+        return None
+    return replace(question, taught=taught) if taught is not None else question
+
+
+def _parse_taught(body: dict, loc: Loc, errors: Collector) -> str | bool | None:
+    """``x_taught``: absent or null (match a taught question), a ``tq_`` id, or false."""
+    raw = body.get(TAUGHT_FIELD)
+    if raw is None or raw is False:
+        return raw
+    if isinstance(raw, str) and raw.startswith("tq_") and len(raw) > 3:
+        return raw
+    errors.add((*loc, TAUGHT_FIELD), "x_taught must be a taught question's id (\"tq_...\"), "
+               f"false for the zero-shot readout, or null; not {json_kind(raw)}", "value_error")
+    return None
 
 
 def _require_instructions(instructions: str | None, body: dict, loc: Loc,

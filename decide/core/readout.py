@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from decide.core.profile import Profile
@@ -76,19 +76,23 @@ class ChoiceReadout:
     confidence: float
     p_max: float
     certainty: float
+    taught: str | None = None
+    """The taught question that answered (``x_taught``), None for the zero-shot readout."""
 
     def to_wire(self) -> dict[str, Any]:
-        return {"type": "choice", "choice": self.choice, "confidence": self.confidence,
-                "probabilities": dict(self.probabilities), "x_p_max": self.p_max,
-                "x_certainty": self.certainty}
+        return _with_taught({"type": "choice", "choice": self.choice,
+                             "confidence": self.confidence,
+                             "probabilities": dict(self.probabilities), "x_p_max": self.p_max,
+                             "x_certainty": self.certainty}, self.taught)
 
 
 @dataclass(frozen=True)
 class NoulReadout:
     noul: float
+    taught: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"type": "noul", "noul": self.noul}
+        return _with_taught({"type": "noul", "noul": self.noul}, self.taught)
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ class ScoreReadout:
     certainty: float
     level_fit: dict[str, float] | None = None
     fit_mass: float | None = None
+    taught: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -110,7 +115,13 @@ class ScoreReadout:
         if self.level_fit is not None:
             wire["x_level_fit"] = dict(self.level_fit)
             wire["x_fit_mass"] = self.fit_mass
-        return wire
+        return _with_taught(wire, self.taught)
+
+
+def _with_taught(wire: dict[str, Any], taught: str | None) -> dict[str, Any]:
+    if taught is not None:
+        wire["x_taught"] = taught
+    return wire
 
 
 Readout = ChoiceReadout | NoulReadout | ScoreReadout
@@ -167,15 +178,30 @@ def answer(question: Question, row_logits: Sequence[Sequence[float]],
     return score_answer(question.levels, normalise_fits(fits), fits)
 
 
+def taught_answer(question: Question, probabilities: Sequence[float],
+                  taught_id: str) -> Readout:
+    """A question's answer from a taught readout's probabilities, in the question's own answer
+    order (options as the question lists them, ``no`` then ``yes``, levels)."""
+    if isinstance(question, NoulQuestion):
+        return NoulReadout(noul=round_probability(probabilities[1]), taught=taught_id)
+    if isinstance(question, ChoiceQuestion):
+        names = [option.name for option in question.options]
+        return replace(choice_answer(names, probabilities), taught=taught_id)
+    assert isinstance(question, ScoreQuestion)
+    return replace(score_answer(question.levels, probabilities), taught=taught_id)
+
+
 def answer_from_wire(wire: dict[str, Any]) -> Readout:
     """The typed answer of a §2.2 answer object (for showing a remote answer as a local one)."""
     if wire["type"] == "noul":
-        return NoulReadout(noul=wire["noul"])
+        return NoulReadout(noul=wire["noul"], taught=wire.get("x_taught"))
     if wire["type"] == "choice":
         return ChoiceReadout(choice=wire["choice"], probabilities=dict(wire["probabilities"]),
                             confidence=wire["confidence"], p_max=wire.get("x_p_max", 0.0),
-                            certainty=wire.get("x_certainty", 0.0))
+                            certainty=wire.get("x_certainty", 0.0),
+                            taught=wire.get("x_taught"))
     return ScoreReadout(score=wire["score"], confidence=wire["confidence"],
                        legend=dict(wire["legend"]), probabilities=dict(wire["probabilities"]),
                        p_max=wire.get("x_p_max", 0.0), certainty=wire.get("x_certainty", 0.0),
-                       level_fit=wire.get("x_level_fit"), fit_mass=wire.get("x_fit_mass"))
+                       level_fit=wire.get("x_level_fit"), fit_mass=wire.get("x_fit_mass"),
+                       taught=wire.get("x_taught"))

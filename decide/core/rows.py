@@ -53,9 +53,14 @@ class RowReader(Protocol):
     """The engine's whole view of a loaded model."""
 
     def read(self, prefix: Sequence[int], rows: Sequence[Row],
-             before_row: Callable[[], None] | None = None) -> list[list[float]]:
+             before_row: Callable[[], None] | None = None, *,
+             hidden: dict[int, list[float]] | None = None) -> list[list[float]]:
         """For each row in order: a label row's ``label_ids`` logits at its answer slot, or an
         option row's log-probabilities of its last ``continuation`` tokens.
+
+        ``hidden``: for each row index among its keys, the reader fills the model's final
+        hidden state at that row's answer slot (a label row's last token, an option row's
+        question piece's last token), from the same decode.
 
         The prefix is decoded once; each row's suffix is decoded on its own copy of it, so a
         row's numbers depend only on (prefix, row). ``before_row`` is called before each row

@@ -1,0 +1,151 @@
+"""Taught questions, the pure part: which taught question a question means, how an example's
+answer is read, and a fitted readout applied to a hidden state.
+
+A taught readout maps the model's final hidden state at a question's answer slot (read from the
+same decode that answers the question zero-shot) to a probability per answer. It is fitted
+from labelled examples elsewhere (``decide.teach``, with numpy); here it is only applied, in
+double precision with ``math.fsum``, so an answer's bits depend on the hidden state's alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from decide.core.questions import ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
+
+TAUGHT_ID_PREFIX = "tq_"
+SOFTMAX = "softmax"
+ORDINAL = "ordinal"
+READOUT_VERSION = 1
+MIN_EXAMPLES_PER_ANSWER = 1
+"""Every answer of a taught question needs at least this many examples."""
+MIN_EXAMPLES = 4
+"""A taught question needs at least this many examples in all (cross-validation needs folds)."""
+MAX_EXAMPLES = 2_000
+"""The most examples one taught question may be fitted on (inline and labelled together)."""
+
+
+def answer_keys(question: Question) -> list[str]:
+    """A question's answers as examples name them: option names, ``no``/``yes``, or level
+    indices as strings, in the order the readout's classes use."""
+    if isinstance(question, ChoiceQuestion):
+        return [option.name for option in question.options]
+    if isinstance(question, NoulQuestion):
+        return ["no", "yes"]
+    assert isinstance(question, ScoreQuestion)
+    return [str(index) for index in range(len(question.levels))]
+
+
+def answer_index(question: Question, answer: Any) -> int | None:
+    """The index of an example's answer among ``answer_keys``, or None when it is not one.
+
+    A noul takes ``"yes"``/``"no"`` or ``true``/``false``; a choice an option name; a score a
+    level index (an integer, or its decimal string)."""
+    if isinstance(question, NoulQuestion):
+        if isinstance(answer, bool):
+            return int(answer)
+        if isinstance(answer, str) and answer.strip().lower() in ("yes", "no"):
+            return int(answer.strip().lower() == "yes")
+        return None
+    if isinstance(question, ChoiceQuestion):
+        names = [option.name for option in question.options]
+        return names.index(answer) if isinstance(answer, str) and answer in names else None
+    assert isinstance(question, ScoreQuestion)
+    if isinstance(answer, bool):
+        return None
+    if isinstance(answer, str) and answer.isdigit():
+        answer = int(answer)
+    if isinstance(answer, int) and 0 <= answer < len(question.levels):
+        return answer
+    return None
+
+
+def allowed_answers(question: Question) -> str:
+    """What an example's answer may be, for error messages."""
+    if isinstance(question, NoulQuestion):
+        return '"yes" or "no" (or true/false)'
+    if isinstance(question, ChoiceQuestion):
+        return "one of the option names " + ", ".join(
+            repr(option.name) for option in question.options)
+    assert isinstance(question, ScoreQuestion)
+    return f"a level index from 0 to {len(question.levels) - 1}"
+
+
+def match_key(model: str, question: Question) -> str:
+    """What makes two questions the same taught question: the model, the type, the
+    instructions and the criteria. A choice's options count as a set (the readout does not
+    depend on their order); a score's levels in order."""
+    if isinstance(question, ChoiceQuestion):
+        criteria: Any = sorted([option.name, option.description]
+                               for option in question.options)
+    elif isinstance(question, NoulQuestion):
+        criteria = [question.when_false, question.when_true]
+    else:
+        criteria = list(question.levels)
+    identity = json.dumps([model, question.type, question.instructions, criteria],
+                          ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(identity.encode("utf-8")).hexdigest()
+
+
+def _sigmoid(value: float) -> float:
+    if value >= 0:
+        return 1.0 / (1.0 + math.exp(-value))
+    small = math.exp(value)
+    return small / (1.0 + small)
+
+
+@dataclass(frozen=True)
+class TaughtReadout:
+    """A fitted readout over a model's hidden state.
+
+    ``softmax``: ``p = softmax(weights · z + bias)``; ``ordinal`` (score levels, cumulative
+    logits): ``P(level ≤ j) = σ(thresholds[j] − weights[0] · z)``; in both ``z`` is the hidden
+    state standardised by ``mean`` and ``scale``."""
+
+    id: str
+    kind: str
+    answers: tuple[str, ...]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    weights: tuple[tuple[float, ...], ...]
+    bias: tuple[float, ...] = ()
+    thresholds: tuple[float, ...] = ()
+    model_identity: str = ""
+
+    def probabilities(self, hidden: Sequence[float]) -> list[float]:
+        if len(hidden) != len(self.mean):
+            raise ValueError(f"taught question {self.id}: the hidden state has {len(hidden)} "
+                             f"values and the readout was fitted on {len(self.mean)}")
+        z = [(value - mean) / scale for value, mean, scale in zip(hidden, self.mean,
+                                                                 self.scale)]
+        if self.kind == ORDINAL:
+            score = math.fsum(w * v for w, v in zip(self.weights[0], z))
+            below = [_sigmoid(threshold - score) for threshold in self.thresholds]
+            cumulative = [0.0, *below, 1.0]
+            return [max(cumulative[j + 1] - cumulative[j], 0.0)
+                    for j in range(len(self.answers))]
+        logits = [math.fsum(w * v for w, v in zip(row, z)) + bias
+                  for row, bias in zip(self.weights, self.bias)]
+        top = max(logits)
+        weights = [math.exp(value - top) for value in logits]
+        total = math.fsum(weights)
+        return [weight / total for weight in weights]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": READOUT_VERSION, "kind": self.kind, "answers": list(self.answers),
+                "mean": list(self.mean), "scale": list(self.scale),
+                "weights": [list(row) for row in self.weights], "bias": list(self.bias),
+                "thresholds": list(self.thresholds), "model_identity": self.model_identity}
+
+    @classmethod
+    def from_json(cls, taught_id: str, raw: dict[str, Any]) -> TaughtReadout:
+        return cls(id=taught_id, kind=raw["kind"], answers=tuple(raw["answers"]),
+                   mean=tuple(raw["mean"]), scale=tuple(raw["scale"]),
+                   weights=tuple(tuple(row) for row in raw["weights"]),
+                   bias=tuple(raw.get("bias", ())), thresholds=tuple(raw.get("thresholds", ())),
+                   model_identity=raw.get("model_identity", ""))

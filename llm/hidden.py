@@ -1,0 +1,98 @@
+"""The model's final hidden state, recovered from a logits row of the same decode.
+
+A decoder's logits are its output head times its final (normed) hidden state: ``logits = W·h``
+with ``W`` the head's ``vocab × d`` matrix (Gemma ties it to the token embeddings). ``W`` has
+full column rank, so ``h`` is the least-squares solution over any set of its rows that keeps
+that rank. This module reads a fixed, spread-out set of the head's rows from the GGUF once per
+model, dequantized, and keeps their pseudo-inverse; a logits row then gives ``h`` with one
+small product, and nothing in the decode changes: a context with embeddings on would make
+llama.cpp compute the head for every token of a batch, and change the batching rule
+(``llm.packing``).
+
+The recovered vector is the hidden state as the head's matrix product saw it (llama.cpp
+quantizes the activation to 8 bits per block for a quantized head), to float precision. The
+product is computed with numpy's own loops (``einsum`` without BLAS), so its bits do not depend
+on a BLAS library's threading: the same logits give the same hidden state in any process.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import numpy as np
+
+HEAD_TENSORS = ("output.weight", "token_embd.weight")
+"""The output head, or the token embeddings it is tied to."""
+ROW_STRIDE = 61
+"""Every 61st vocabulary row (a prime, so the rows spread over the whole vocabulary)."""
+FIRST_ROW = 1000
+"""Rows before this (control and reserved tokens in many vocabularies) are skipped."""
+MAX_CONDITION = 1e4
+
+
+class HiddenStateUnavailable(RuntimeError):
+    """The GGUF's output head cannot be read (a type gguf cannot dequantize, or too few rows)."""
+
+
+class HiddenProjection:
+    """Logits row → final hidden state, for one GGUF."""
+
+    def __init__(self, rows: np.ndarray, head: np.ndarray, softcap: float | None) -> None:
+        self.rows = rows
+        self.size = head.shape[1]
+        self._pinv = np.linalg.pinv(head.astype(np.float64))
+        self._softcap = softcap
+
+    @classmethod
+    @functools.lru_cache(maxsize=4)
+    def of(cls, path: Path) -> HiddenProjection:
+        return cls.from_gguf(path)
+
+    @classmethod
+    def from_gguf(cls, path: Path) -> HiddenProjection:
+        import gguf
+
+        reader = gguf.GGUFReader(str(path))
+        tensors = {tensor.name: tensor for tensor in reader.tensors}
+        name = next((name for name in HEAD_TENSORS if name in tensors), None)
+        if name is None:
+            raise HiddenStateUnavailable(f"{path}: no output head ({' or '.join(HEAD_TENSORS)})")
+        tensor = tensors[name]
+        vocab = int(tensor.shape[-1])
+        width = int(tensor.shape[0])
+        rows = np.arange(FIRST_ROW if vocab > FIRST_ROW + 8 * width else 0, vocab, ROW_STRIDE)
+        if len(rows) < 2 * width:
+            rows = np.arange(0, vocab, max(1, vocab // (4 * width)))
+        try:
+            data = np.asarray(tensor.data)[rows]
+            head = np.asarray(gguf.quants.dequantize(data, tensor.tensor_type),
+                              dtype=np.float32).reshape(len(rows), width)
+        except (NotImplementedError, ValueError, IndexError) as error:
+            raise HiddenStateUnavailable(
+                f"{path}: the output head ({tensor.tensor_type.name}) cannot be read: "
+                f"{error}") from error
+        singular = np.linalg.svd(head.astype(np.float64), compute_uv=False)
+        if singular[-1] <= 0 or singular[0] / singular[-1] > MAX_CONDITION:
+            raise HiddenStateUnavailable(f"{path}: the output head's sampled rows do not "
+                                         "determine the hidden state")
+        return cls(rows, head, _softcap(reader))
+
+    def hidden(self, logits: np.ndarray) -> list[float]:
+        """The hidden state behind one logits row, as Python floats."""
+        values = np.asarray(logits[self.rows], dtype=np.float64)
+        if self._softcap:
+            cap = self._softcap
+            values = cap * np.arctanh(np.clip(values / cap, -1 + 1e-12, 1 - 1e-12))
+        return np.einsum("ij,j->i", self._pinv, values, optimize=False).tolist()
+
+
+def _softcap(reader: object) -> float | None:
+    """Gemma 2's ``final_logit_softcapping`` (logits = c·tanh(z/c)), when the GGUF sets it."""
+    fields = getattr(reader, "fields", {})
+    for key, field in fields.items():
+        if key.endswith(".final_logit_softcapping"):
+            value = float(field.parts[field.data[0]][0])
+            return value if math.isfinite(value) and value > 0 else None
+    return None
