@@ -14,6 +14,7 @@ from decide import metrics
 from decide.api.context import ApiContext
 from decide.api.errors import invalid
 from decide.api.submit import check_lane, checked_metadata, checked_priority
+from decide.api.taught import resolve_taught
 from decide.core.engine import DecisionEngine, row_count
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.core.protocol import BLANK_STATE, DecisionRequest, is_blank_state, parse_request
@@ -54,7 +55,8 @@ def accept_batch(ctx: ApiContext, *, owner: str, body: Any) -> AcceptedBatch:
     _check_items(engine, template, items)
     check_lane(ctx, config.name, priority, rows * len(items))
     ctx.quotas.check_backlog(ctx.db, owner=owner, priority=priority, rows=rows * len(items))
-    questions = body["questions"]
+    questions = resolve_taught(ctx, owner=owner, model=config.name,
+                               questions=template.questions, stored_questions=body["questions"])
     batch, job_ids = batches.create_batch(
         ctx.db, owner=owner, model=config.name, priority=priority, questions=questions,
         metadata=metadata, items=items, rows_per_item=rows)

@@ -16,6 +16,7 @@ from decide import metrics
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError, invalid
 from decide.api.quotas import RateState, retry_after_draining
+from decide.api.taught import with_resolved
 from decide.core.protocol import PRIORITIES, parse_request, stored_request
 from decide.store import jobs
 
@@ -70,7 +71,8 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
     request = parse_request(body)
     config = ctx.model(request.model)
     plan = ctx.planners[config.name].plan(request)
-    kept = stored_request(body)
+    kept = with_resolved(ctx, owner=owner, model=config.name, request=request,
+                         stored=stored_request(body))
     fingerprint = request_hash(kept, priority, metadata)
     if sync_call and idempotency_key is None:
         joined = jobs.attach_sync_waiter(ctx.db, owner=owner, request_hash=fingerprint,

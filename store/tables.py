@@ -100,6 +100,7 @@ taught_questions = Table(
     Column("match_key", String(64), nullable=False),
     Column("question", Text, nullable=False),
     Column("examples", Text, nullable=False),
+    Column("example_count", Integer, nullable=False),
     Column("from_labels", Boolean, nullable=False, default=False),
     Column("status", String(16), nullable=False),
     Column("fit", Text, nullable=True),

@@ -62,7 +62,7 @@ def fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
     model = _Model.fit(x, y, k, ordinal=ordinal, penalty=penalty)
     readout = model.readout(taught_id, answers, model_identity)
     figures: dict[str, Any] = {
-        "examples": int(len(y)),
+        "examples": len(y),
         "examples_per_answer": {answer: int((y == index).sum())
                                 for index, answer in enumerate(answers)},
         "readout": kind,
@@ -169,7 +169,7 @@ def learning_curve(x: np.ndarray, y: np.ndarray, k: int, *,
         rest = np.setdiff1d(np.arange(len(y)), chosen)
         penalty, _ = choose_penalty(x[chosen], y[chosen], k, ordinal=ordinal)
         model = _Model.fit(x[chosen], y[chosen], k, ordinal=ordinal, penalty=penalty)
-        points.append({"examples": size, "held_out": int(len(rest)),
+        points.append({"examples": size, "held_out": len(rest),
                        **scores(model.predict(x[rest]), y[rest])})
     return points
 

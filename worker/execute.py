@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
 from decide import metrics
@@ -20,6 +21,7 @@ from decide.core.protocol import parse_request
 from decide.store import jobs
 from decide.store.db import DATABASE_AWAY, Database
 from decide.worker.runner_client import RunnerCrashed, RunnerUnavailable
+from decide.worker.teaching import TaughtReadouts, run_fit
 
 log = logging.getLogger("decide.worker")
 CANCEL_CHECK_SECONDS = 1.0
@@ -52,6 +54,17 @@ def until_stored(operation: Callable[[], T], what: str) -> T | None:
                           "once this worker's heartbeats stop", what)
                 return None
     return None
+
+
+_readouts: dict[int, TaughtReadouts] = {}
+
+
+def readouts_for(db: Database) -> TaughtReadouts:
+    """This process's cache of taught readouts over one database."""
+    found = _readouts.get(id(db))
+    if found is None:
+        found = _readouts[id(db)] = TaughtReadouts(db)
+    return found
 
 
 class Decider(Protocol):
@@ -197,12 +210,18 @@ def _decode_claimed(job: jobs.JobRecord, *, db: Database,
         stored = until_stored(lambda: jobs.full_request(db, job), f"reading job {job_id}")
         if stored is None:
             raise Leaving
-        request = parse_request(stored, blank_state_ok=True)  # the front door judged it
-        decision = engine_for(job.model).decide(request, before_row)
-        status, result, tokens = jobs.SUCCEEDED, decision.to_wire(), decision.input_tokens
-        metrics.input_tokens.labels(job.model).inc(decision.input_tokens)
-        for question_type, count in decision.rows_by_type.items():
-            metrics.rows_total.labels(job.model, question_type).inc(count)
+        if job.kind == jobs.FIT:
+            result, tokens = run_fit(db, replace(job, request=stored), engine_for(job.model),
+                                     before_row)
+            status = jobs.SUCCEEDED
+        else:
+            request = parse_request(stored, blank_state_ok=True)  # the front door judged it
+            request = readouts_for(db).attach(request, job.owner)
+            decision = engine_for(job.model).decide(request, before_row)
+            status, result, tokens = jobs.SUCCEEDED, decision.to_wire(), decision.input_tokens
+            for question_type, count in decision.rows_by_type.items():
+                metrics.rows_total.labels(job.model, question_type).inc(count)
+        metrics.input_tokens.labels(job.model).inc(tokens)
     except Cancelled:
         status = jobs.CANCELLED
     except (RunnerCrashed, RunnerUnavailable):  # the job is released, not finished

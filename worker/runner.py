@@ -26,8 +26,11 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
+
+from decide.core.taught import check_taught_identity
 
 FAULT_VARIABLE = "DECIDE_TEST_RUNNER_FAULT"
 """Test-only fault switch, for the crash tests:
@@ -137,7 +140,13 @@ class _Server:
         if FAULT_VARIABLE in os.environ and _fault_for(str(request.state)):
             _segfault()
         try:
-            decision = self.engine_for(model).decide(request, self._before_row)
+            engine = self.engine_for(model)
+            if request.taught or request.hidden_for:
+                identity = self.identity(model)
+                check_taught_identity(request, model, identity)
+            decision = engine.decide(request, self._before_row)
+            if request.hidden_for:
+                decision = replace(decision, model_identity=identity)
         except _Stopped:
             self._connection.send(("stopped",))
         except Exception as error:
@@ -147,6 +156,13 @@ class _Server:
                 self._connection.send(("done", decision))
             except Exception as error:
                 self._connection.send(("error", _portable(error)))
+
+    def identity(self, model: str) -> str:
+        """The loaded file's identity (``llm.identity``), which taught readouts must match."""
+        from decide.llm.catalog import gguf_path
+        from decide.llm.identity import model_identity
+
+        return model_identity(gguf_path(self._catalog.get(model), self._settings))
 
     def _before_row(self) -> None:
         self._connection.send(("row",))

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from decide.cli.teaching import add_teach_parser, teach_command
 from decide.core.errors import ConfigError, DecideError, InvalidRequest, RequestTooLarge
 from decide.core.protocol import BODY_TOO_LARGE, MAX_BODY_BYTES, PRIORITIES, parse_request
 
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--model", help="a configured model (default: the default)")
     calibrate.add_argument("--dry-run", action="store_true",
                            help="print the fit and the tiers; leave the profile as it is")
+    add_teach_parser(commands, add_service_args, os.environ.get("DECIDE_URL"))
     commands.add_parser("models", help="list the configured models")
     serve = commands.add_parser("serve", help="start the HTTP API (embedded: with a worker)")
     serve.add_argument("--host", help="address to listen on (default DECIDE_HOST, 127.0.0.1)")
@@ -186,7 +188,7 @@ def _handler(command: str) -> Callable[[argparse.Namespace], int]:
     imported only when one of them runs (they need ``decide[server]``)."""
     here = {"run": run_command, "submit": submit_command, "job": job_command,
             "batch": batch_command, "results": results_command, "status": status_command,
-            "eval": eval_command}
+            "eval": eval_command, "teach": teach_command}
     if command in here:
         return here[command]
     from decide.cli import service
@@ -198,7 +200,7 @@ def _decodes_in_process(args: argparse.Namespace) -> bool:
     """Commands that load a model here: they decode with the build the runners use."""
     if args.command == "run":
         return not args.url and not args.rows
-    return args.command == "calibrate" or (args.command == "eval" and not args.url)
+    return args.command == "calibrate" or (args.command in ("eval", "teach") and not args.url)
 
 
 def describe(error: Exception) -> str:

@@ -217,3 +217,24 @@ def calibrate_command(args: argparse.Namespace) -> int:
     path.write_text(json.dumps(raw, indent=2) + "\n")
     print(f"wrote the temperatures into {path}")
     return 0
+
+
+def teach_in_process(question: dict[str, Any], examples: list[dict[str, Any]],
+                     model: str | None) -> dict[str, Any]:
+    """``decide teach`` without ``--url``: fit on a model loaded here; the figures only."""
+    from decide.config.settings import Settings
+    from decide.llm.catalog import load_catalog
+    from decide.worker.loading import load_decoding_engine
+    from decide.worker.teaching import fit_examples, stored_question
+
+    settings = Settings()
+    loaded = _loaded_engines.get(model)
+    if loaded is None:
+        loaded = _loaded_engines[model] = load_decoding_engine(
+            load_catalog(settings).get(model), settings)
+    _, figures, _ = fit_examples("tq_local", stored_question(question), examples, loaded.engine)
+    return figures
+
+
+_loaded_engines: dict[str | None, Any] = {}
+"""Models ``teach_in_process`` loaded, kept for the command's other questions."""

@@ -34,7 +34,7 @@ from decide.client.errors import (
     ServerError,
     ServiceUnreachableError,
 )
-from decide.client.records import Batch, BatchResult, Job
+from decide.client.records import Batch, BatchResult, Job, TaughtQuestion
 from decide.client.sync import Client
 
 __all__ = [
@@ -42,6 +42,6 @@ __all__ = [
     "ChoiceAnswer", "Client", "Decision", "DecisionTimeoutError", "InvalidRequestError", "Job",
     "JobFailedError", "MisbehavingServerError", "NotFoundError", "NoulAnswer",
     "OverloadedError", "RequestTooLargeError", "ScoreAnswer", "ServerError",
-    "ServiceUnreachableError", "Usage",
+    "ServiceUnreachableError", "TaughtQuestion", "Usage",
     "near_uniform", "parse_decision",
 ]

@@ -83,3 +83,32 @@ def batch_result(line: dict[str, Any],
     return BatchResult(custom_id=line.get("custom_id", ""), status=line.get("status", ""),
                        decision=None if result is None else parse_decision(result, questions),
                        error=line.get("error"))
+
+
+TAUGHT_SETTLED = ("ready", "failed")
+
+
+@dataclass(frozen=True)
+class TaughtQuestion:
+    """A taught question (``POST /v1/questions``): its ``fit`` figures once ``ready``."""
+
+    id: str
+    status: str
+    model: str
+    question: dict[str, Any]
+    examples: int
+    fit: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    from_labels: bool = False
+    created_at: str | None = None
+    finished_at: str | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.status in TAUGHT_SETTLED
+
+    @classmethod
+    def from_wire(cls, body: dict[str, Any]) -> TaughtQuestion:
+        return cls(**{key: body.get(key) for key in (
+            "id", "status", "model", "question", "examples", "fit", "error", "from_labels",
+            "created_at", "finished_at")})

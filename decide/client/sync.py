@@ -12,7 +12,7 @@ import httpx
 from decide.client import calls
 from decide.client.answers import Decision, parse_decision
 from decide.client.errors import DecisionTimeoutError, JobFailedError, ServiceUnreachableError
-from decide.client.records import Batch, BatchResult, Job, batch_result
+from decide.client.records import Batch, BatchResult, Job, TaughtQuestion, batch_result
 from decide.core.protocol import MAX_WAIT_SECONDS
 
 
@@ -136,6 +136,55 @@ class Client:
     def models(self) -> list[dict[str, Any]]:
         body, _ = self._call("GET", "/v1/models")
         return body["models"]
+
+    def teach(self, question: Mapping[str, Any], examples: Iterable[Mapping[str, Any]] = (),
+              *, model: str | None = None, from_labels: bool = False,
+              wait: float | None = 300.0) -> TaughtQuestion:
+        """Teach a question from labelled examples (``{"state", "answer"}``), and by default
+        wait up to ``wait`` seconds for its fit (``status`` ``ready`` or ``failed``)."""
+        body: dict[str, Any] = {"question": dict(question),
+                                "examples": [dict(example) for example in examples],
+                                "from_labels": from_labels}
+        if model is not None:
+            body["model"] = model
+        created, _ = self._call("POST", "/v1/questions", json_body=body)
+        taught = TaughtQuestion.from_wire(created)
+        return self.taught(taught.id, wait=wait) if wait else taught
+
+    def taught(self, taught_id: str, wait: float | None = None) -> TaughtQuestion:
+        """A taught question; with ``wait``, long-polled until settled or ``wait`` seconds."""
+        deadline = time.monotonic() + (wait or 0)
+        while True:
+            left = deadline - time.monotonic()
+            params = {"wait": min(left, MAX_WAIT_SECONDS)} if wait and left > 0 else None
+            body, _ = self._call("GET", f"/v1/questions/{taught_id}", params=params,
+                                 timeout=(params or {}).get("wait", 0) + self.timeout)
+            taught = TaughtQuestion.from_wire(body)
+            if taught.settled or not wait or time.monotonic() >= deadline:
+                return taught
+
+    def taught_questions(self) -> list[TaughtQuestion]:
+        """Every taught question of this key, newest first."""
+        found: list[TaughtQuestion] = []
+        after = None
+        while True:
+            params = {"limit": 100, **({"after": after} if after else {})}
+            body, _ = self._call("GET", "/v1/questions", params=params)
+            found += [TaughtQuestion.from_wire(entry) for entry in body["data"]]
+            if not body["has_more"]:
+                return found
+            after = body["after"]
+
+    def forget(self, taught_id: str) -> None:
+        """Delete a taught question: its questions are answered zero-shot again."""
+        self._call("DELETE", f"/v1/questions/{taught_id}")
+
+    def label(self, job_id: str, answers: Mapping[str, Any]) -> dict[str, Any]:
+        """Record the right answers of a past decision (question key → answer), for
+        ``teach(..., from_labels=True)``."""
+        body, _ = self._call("POST", f"/v1/jobs/{job_id}/labels",
+                             json_body={"answers": dict(answers)})
+        return body
 
 
 def _decision_of(job: Job, questions: Mapping[str, Mapping[str, Any]] | None) -> Decision:

@@ -56,6 +56,8 @@ class Decision:
     rows_by_type: dict[str, int] = field(default_factory=dict, compare=False)
     hidden: dict[str, list[float]] = field(default_factory=dict, compare=False)
     """The hidden state at the answer slot of each question in ``hidden_for`` (fitting)."""
+    model_identity: str = field(default="", compare=False)
+    """The model file's identity, where the runner reports it (with ``hidden``)."""
 
     def to_wire(self) -> dict[str, Any]:
         return {"model": self.model,

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from decide.core.errors import FieldError, InvalidRequest
 from decide.core.questions import ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
 
 TAUGHT_ID_PREFIX = "tq_"
@@ -149,3 +150,17 @@ class TaughtReadout:
                    weights=tuple(tuple(row) for row in raw["weights"]),
                    bias=tuple(raw.get("bias", ())), thresholds=tuple(raw.get("thresholds", ())),
                    model_identity=raw.get("model_identity", ""))
+
+
+def check_taught_identity(request: Any, model: str, identity: str) -> None:
+    """Refuse a readout fitted on another model file than the one loaded (422 at the
+    question's ``x_taught``): its answers would be read from another hidden state."""
+    stale = [(question_id, readout) for question_id, readout in request.taught.items()
+             if readout.model_identity != identity]
+    if stale:
+        raise InvalidRequest(errors=[FieldError(
+            loc=("questions", question_id, "x_taught"),
+            msg=f"taught question {readout.id} was fitted on another file of model "
+                f"{model!r} ({readout.model_identity or 'unknown'}; it now loads {identity}); "
+                "teach it again on this model", type="value_error")
+            for question_id, readout in stale])

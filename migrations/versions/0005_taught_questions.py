@@ -24,6 +24,7 @@ def upgrade() -> None:
         sa.Column("match_key", sa.String(64), nullable=False),
         sa.Column("question", sa.Text, nullable=False),
         sa.Column("examples", sa.Text, nullable=False),
+        sa.Column("example_count", sa.Integer, nullable=False),
         sa.Column("from_labels", sa.Boolean, nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("fit", sa.Text, nullable=True),

@@ -1,0 +1,144 @@
+"""Taught questions: teach (``POST /v1/questions``), read (with long polling), list, delete;
+and the labels of past decisions (``POST /v1/jobs/{id}/labels``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from decide import metrics
+from decide.api.body import read_json
+from decide.api.context import ApiContext
+from decide.api.errors import invalid, not_found
+from decide.api.routes.deps import Context, Owner
+from decide.api.submit import check_lane, owned_job
+from decide.api.taught import (
+    check_examples,
+    check_label_answers,
+    check_readable,
+    example_rows,
+    parse_taught_question,
+)
+from decide.api.views import timestamp
+from decide.api.waiting import wait_finished
+from decide.core.protocol import MAX_WAIT_SECONDS, parse_request
+from decide.core.questions import json_kind
+from decide.core.taught import MAX_EXAMPLES, match_key
+from decide.store import jobs
+from decide.store import taught as taught_store
+
+router = APIRouter()
+PRIORITY = "background"
+
+
+def taught_view(record: taught_store.TaughtRecord) -> dict[str, Any]:
+    return {"id": record.id, "object": "taught_question", "status": record.status,
+            "model": record.model, "question": record.question,
+            "examples": record.example_count, "from_labels": record.from_labels,
+            "fit": record.fit, "error": record.error, "created_at": timestamp(record.created_at),
+            "finished_at": timestamp(record.finished_at)}
+
+
+def _teach(ctx: ApiContext, owner: str, body: Any) -> taught_store.TaughtRecord:
+    if not isinstance(body, dict):
+        raise invalid("body", [], f"the body must be a JSON object, not {json_kind(body)}",
+                      "dict_type")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise invalid("body", ["model"], f"model must be a string or null, not "
+                      f"{json_kind(model)}", "string_type")
+    config = ctx.model(model)
+    question = parse_taught_question(body.get("question"))
+    from_labels = body.get("from_labels", False)
+    if not isinstance(from_labels, bool):
+        raise invalid("body", ["from_labels"], "from_labels must be true or false", "bool_type")
+    key = match_key(config.name, question)
+    labelled = (taught_store.labelled_examples(ctx.db, owner=owner, match_key=key,
+                                               limit=MAX_EXAMPLES + 1) if from_labels else [])
+    examples = check_examples(body.get("examples"), question, labelled=len(labelled),
+                              labelled_answers=[label["answer"] for label in labelled])
+    check_readable(ctx, config.name)
+    rows, tokens = example_rows(ctx, config.name, question, examples + labelled)
+    check_lane(ctx, config.name, PRIORITY, rows)
+    ctx.quotas.check_backlog(ctx.db, owner=owner, priority=PRIORITY, rows=rows)
+    ctx.quotas.take_rows(owner, rows)
+    record, job = taught_store.create_taught(
+        ctx.db, owner=owner, model=config.name, match_key=key, question=body["question"],
+        examples=examples, from_labels=from_labels, rows=rows, input_tokens=tokens,
+        example_count=len(examples) + len(labelled))
+    metrics.jobs_submitted.labels(job.model, PRIORITY).inc()
+    ctx.backlog.add(job.model, PRIORITY, job.rows)
+    ctx.queue.send(job.id, job.model, PRIORITY, owner)
+    return record
+
+
+@router.post("/v1/questions", status_code=202)
+async def teach(request: Request, ctx: Context, owner: Owner) -> JSONResponse:
+    body = await read_json(request)
+    record = await run_in_threadpool(_teach, ctx, owner, body)
+    return JSONResponse(taught_view(record), status_code=202,
+                        headers={"Location": f"/v1/questions/{record.id}"})
+
+
+def _owned(ctx: ApiContext, taught_id: str, owner: str) -> taught_store.TaughtRecord:
+    record = taught_store.get_taught(ctx.db, taught_id, owner)
+    if record is None:
+        raise not_found(f"no taught question {taught_id!r}")
+    return record
+
+
+@router.get("/v1/questions/{taught_id}")
+async def read_taught(taught_id: str, ctx: Context, owner: Owner,
+                      wait: Annotated[float | None, Query(ge=0, le=MAX_WAIT_SECONDS)] = None
+                      ) -> dict[str, Any]:
+    record = await run_in_threadpool(_owned, ctx, taught_id, owner)
+    if wait and record.status not in (taught_store.READY, taught_store.FAILED) and record.job_id:
+        await wait_finished(ctx, record.job_id, owner, wait)
+        record = await run_in_threadpool(_owned, ctx, taught_id, owner)
+    return taught_view(record)
+
+
+@router.get("/v1/questions")
+async def list_taught(ctx: Context, owner: Owner,
+                      limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                      after: Annotated[str | None, Query()] = None) -> dict[str, Any]:
+    page = await run_in_threadpool(taught_store.list_taught, ctx.db, owner=owner,
+                                   limit=limit + 1, after=after)
+    more = len(page) > limit
+    page = page[:limit]
+    return {"object": "list", "data": [taught_view(record) for record in page],
+            "has_more": more, "after": page[-1].id if more else None}
+
+
+@router.delete("/v1/questions/{taught_id}")
+async def delete_taught(taught_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
+    deleted = await run_in_threadpool(taught_store.delete_taught, ctx.db, taught_id, owner)
+    if not deleted:
+        raise not_found(f"no taught question {taught_id!r}")
+    return {"id": taught_id, "object": "taught_question", "deleted": True}
+
+
+def _label(ctx: ApiContext, owner: str, job_id: str, body: Any) -> dict[str, Any]:
+    job = owned_job(ctx, job_id, owner)
+    if job.kind != jobs.DECISION:
+        raise not_found(f"no job {job_id!r}")
+    if not isinstance(body, dict):
+        raise invalid("body", [], f"the body must be a JSON object, not {json_kind(body)}",
+                      "dict_type")
+    full = jobs.full_request(ctx.db, jobs.get_job(ctx.db, job_id, owner, with_request=True))
+    request = parse_request(full, blank_state_ok=True)
+    answers = check_label_answers(body.get("answers"), request.questions)
+    by_id = {question.id: question for question in request.questions}
+    taught_store.save_labels(ctx.db, job_id=job_id, owner=owner, labels={
+        key: (match_key(job.model, by_id[key]), answer) for key, answer in answers.items()})
+    return {"job_id": job_id, "object": "labels", "answers": answers}
+
+
+@router.post("/v1/jobs/{job_id}/labels")
+async def label_job(job_id: str, request: Request, ctx: Context, owner: Owner) -> dict[str, Any]:
+    body = await read_json(request)
+    return await run_in_threadpool(_label, ctx, owner, job_id, body)
+

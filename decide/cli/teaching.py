@@ -1,0 +1,119 @@
+"""``decide teach FILE.jsonl``: teach every question of a labelled file, through a running
+service (``--url``: the taught questions are stored and answer that key's requests) or
+in-process (the figures only, nothing stored)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from decide.core.questions import Collector, parse_question
+from decide.core.taught import match_key
+
+
+def read_examples(path: str) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """The file's questions in first-seen order, each with its examples ``{"state",
+    "answer"}``. A line is ``{"state", "question", "answer"}`` (``gold`` is read as
+    ``answer``, so the project's quality sets work as they are)."""
+    groups: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}, line {number}"
+            try:
+                item = json.loads(line)
+            except ValueError as error:
+                raise ValueError(f"{where}: not JSON ({error})") from error
+            if not isinstance(item, dict) or "state" not in item or "question" not in item:
+                raise ValueError(f"{where}: a line needs state, question and answer")
+            answer = item.get("answer", item.get("gold"))
+            if answer is None:
+                raise ValueError(f"{where}: a line needs an answer (or gold)")
+            errors = Collector()
+            question = parse_question("question", item["question"], errors)
+            if question is None:
+                raise ValueError(f"{where}: {errors.errors[0].describe()}")
+            key = match_key("", question)
+            groups.setdefault(key, (item["question"], []))[1].append(
+                {"state": item["state"], "answer": answer})
+    if not groups:
+        raise ValueError(f"{path} holds no examples")
+    return list(groups.values())
+
+
+def first_per_answer(examples: list[dict[str, Any]], count: int | None) -> list[dict[str, Any]]:
+    """The first ``count`` examples taken answer by answer in turn (all without a count)."""
+    if count is None or count >= len(examples):
+        return examples
+    queues: dict[str, list[dict[str, Any]]] = {}
+    for example in examples:
+        queues.setdefault(json.dumps(example["answer"]), []).append(example)
+    chosen: list[dict[str, Any]] = []
+    while len(chosen) < count:
+        for queue in queues.values():
+            if queue and len(chosen) < count:
+                chosen.append(queue.pop(0))
+    return chosen
+
+
+def render_fit(question: dict[str, Any], status: str, fit: dict[str, Any] | None,
+               error: dict[str, Any] | None, taught_id: str | None = None) -> str:
+    title = question.get("instructions") or "(noul)"
+    if fit is None:
+        reason = (error or {}).get("message", status)
+        return f"{title}\n  {taught_id or 'the fit'} {status}: {reason}\n"
+    per_answer = ", ".join(f"{answer} {count}"
+                           for answer, count in fit["examples_per_answer"].items())
+    taught, zero = fit["taught"], fit.get("zero_shot") or {}
+    lines = [f"{title} ({question['type']}, {fit['examples']} examples: {per_answer})",
+             f"  taught     accuracy {taught['accuracy']:.3f}  ECE {taught['ece']:.3f}  "
+             f"({fit['folds']}-fold cross-validated; {fit['readout']}, penalty "
+             f"{fit['penalty']})"]
+    if zero:
+        lines.append(f"  zero-shot  accuracy {zero['accuracy']:.3f}  ECE {zero['ece']:.3f}  "
+                     "(the same examples)")
+    curve = fit.get("learning_curve") or []
+    if curve:
+        lines.append("  learning curve (accuracy on the other examples): " + ", ".join(
+            f"{point['examples']} → {point['accuracy']:.2f}" for point in curve))
+    where = f"{taught_id} ready" if taught_id else "fitted"
+    lines.append(f"  {where} in {fit.get('seconds', fit['fit_ms'] / 1000):.1f} s")
+    return "\n".join(lines) + "\n"
+
+
+def teach_command(args: argparse.Namespace) -> int:
+    groups = read_examples(args.file)
+    failed = 0
+    if args.url:
+        from decide.client import Client
+
+        with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
+            for question, examples in groups:
+                taught = client.teach(question, first_per_answer(examples, args.per_question),
+                                      model=args.model, wait=args.wait)
+                failed += taught.status != "ready"
+                print(render_fit(question, taught.status, taught.fit, taught.error,
+                                 taught.id), flush=True)
+        return 1 if failed else 0
+    from decide.cli.service import teach_in_process
+
+    for question, examples in groups:
+        fit = teach_in_process(question, first_per_answer(examples, args.per_question),
+                               args.model)
+        print(render_fit(question, "fitted", fit, None), flush=True)
+    return 0
+
+
+def add_teach_parser(commands: Any, service_args: Any, service_url: str | None) -> None:
+    teach = commands.add_parser(
+        "teach", help="teach questions from labelled examples (JSONL: state, question, answer)")
+    teach.add_argument("file", help="JSONL: one {state, question, answer} a line "
+                                    "(quality/calibration.jsonl shows the format, gold as answer)")
+    teach.add_argument("--model", help="a configured model (default: the default)")
+    teach.add_argument("--per-question", type=int,
+                       help="only the first N examples of each question, answers in turn")
+    teach.add_argument("--wait", type=float, default=600.0,
+                       help="seconds to wait for each fit through --url (default 600)")
+    service_args(teach, service_url)

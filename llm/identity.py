@@ -1,0 +1,30 @@
+"""The identity of a model file: what a taught readout was fitted on.
+
+A readout reads a model's hidden state; another file (a new quantization, another release under
+the same name) has another hidden state, and the readout's answers would be silently wrong. So
+each readout keeps the SHA-256 of the file it was fitted on, and a worker refuses it on any
+other file. Hashing 253 MB takes about half a second, once per file and process.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+CHUNK_BYTES = 8 * 1024 * 1024
+
+
+def model_identity(path: Path) -> str:
+    """``sha256:<hex>`` of the file's bytes (cached per path, size and modification time)."""
+    status = path.stat()
+    return _hashed(str(path), status.st_size, status.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _hashed(path: str, size: int, modified_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}"

@@ -1,0 +1,260 @@
+"""Taught questions and the labels of past decisions.
+
+A taught question is stored with its examples and a fit job (a job of kind ``fit`` in the
+background lane), in one transaction, so a taught question always has the job that fits it.
+Its status is its own once fitted (``ready`` or ``failed``); before that it follows the job:
+``queued`` while the job is, ``fitting`` while it runs, and ``failed`` with the job's error if
+the job ended any other way (a worker that kept crashing, a cancel, retention).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from decide.store.jobs import (
+    FIT,
+    QUEUED,
+    RUNNING,
+    SUCCEEDED,
+    SUMMARY_COLUMNS,
+    JobRecord,
+    _record,
+    new_id,
+)
+from decide.store.tables import job_labels, jobs, taught_questions
+
+READY, FAILED, FITTING = "ready", "failed", "fitting"
+TEACH_FIELD = "x_teach"
+"""A fit job's request names its taught question under this key."""
+
+
+@dataclass(frozen=True)
+class TaughtRecord:
+    id: str
+    owner: str
+    model: str
+    match_key: str
+    question: dict[str, Any]
+    examples: list[dict[str, Any]] | None
+    """The inline examples; None where they were not read (listing)."""
+    from_labels: bool
+    status: str
+    fit: dict[str, Any] | None
+    readout: dict[str, Any] | None
+    model_identity: str | None
+    error: dict[str, Any] | None
+    job_id: str | None
+    created_at: float
+    finished_at: float | None
+    example_count: int = 0
+
+
+LISTED = tuple(column for column in taught_questions.c
+               if column.name not in ("examples", "readout"))
+
+
+def _taught(row: Any, job: Any = None) -> TaughtRecord:
+    values = dict(row._mapping)
+    examples = values.pop("examples", None)
+    for key in ("question", "fit", "error"):
+        values[key] = None if values.get(key) is None else json.loads(values[key])
+    readout = values.pop("readout", None)
+    values["readout"] = None if readout is None else json.loads(readout)
+    values["examples"] = None if examples is None else json.loads(examples)
+    values["from_labels"] = bool(values["from_labels"])
+    record = TaughtRecord(**values)
+    return _following_job(record, job)
+
+
+def _following_job(record: TaughtRecord, job: Any) -> TaughtRecord:
+    """Before its fit is stored, a taught question's status is its fit job's."""
+    if record.status in (READY, FAILED) or job is None:
+        return record
+    if job.status == QUEUED:
+        return record
+    if job.status == RUNNING:
+        return _replace(record, status=FITTING)
+    if job.status == SUCCEEDED:  # the fit landed between the two reads
+        return record
+    error = json.loads(job.error) if job.error else {
+        "error_type": "fit_failed", "message": f"the fit job ended {job.status}"}
+    return _replace(record, status=FAILED, error=error)
+
+
+def _replace(record: TaughtRecord, **changes: Any) -> TaughtRecord:
+    return replace(record, **changes)
+
+
+def create_taught(db: Engine, *, owner: str, model: str, match_key: str,
+                  question: dict[str, Any], examples: list[dict[str, Any]], from_labels: bool,
+                  rows: int, input_tokens: int, example_count: int
+                  ) -> tuple[TaughtRecord, JobRecord]:
+    """A queued taught question and its fit job, in one transaction."""
+    taught_id = new_id("tq")
+    now = time.time()
+    job_values = {"id": new_id("job"), "owner": owner, "model": model, "priority": "background",
+                  "status": QUEUED, "request": json.dumps({"model": model, TEACH_FIELD: taught_id}),
+                  "metadata": None, "rows": rows, "input_tokens": input_tokens,
+                  "idempotency_key": None, "request_hash": None, "cancel_requested": False,
+                  "decode_runs": 0, "created_at": now, "sync_waiters": 0, "kind": FIT}
+    values = {"id": taught_id, "owner": owner, "model": model, "match_key": match_key,
+              "question": json.dumps(question, ensure_ascii=False),
+              "examples": json.dumps(examples, ensure_ascii=False), "from_labels": from_labels,
+              "status": QUEUED, "fit": None, "readout": None, "model_identity": None,
+              "error": None, "job_id": job_values["id"], "created_at": now,
+              "finished_at": None, "example_count": example_count}
+    with db.begin() as connection:
+        job_row = connection.execute(jobs.insert().values(**job_values)
+                                     .returning(*SUMMARY_COLUMNS)).one()
+        connection.execute(taught_questions.insert().values(**values))
+    record = TaughtRecord(**{**values, "question": question, "examples": examples})
+    return record, _record(job_row)
+
+
+def get_taught(db: Engine, taught_id: str, owner: str | None = None, *,
+               with_examples: bool = False) -> TaughtRecord | None:
+    """A taught question (another owner's reads as absent), its status following its job."""
+    columns = taught_questions.c if with_examples else LISTED
+    query = select(*columns).where(taught_questions.c.id == taught_id)
+    if owner is not None:
+        query = query.where(taught_questions.c.owner == owner)
+    with db.connect() as connection:
+        row = connection.execute(query).first()
+        if row is None:
+            return None
+        job = None
+        if row.status not in (READY, FAILED) and row.job_id:
+            job = connection.execute(select(jobs.c.status, jobs.c.error).where(
+                jobs.c.id == row.job_id)).first()
+    return _taught(row, job)
+
+
+def list_taught(db: Engine, *, owner: str, limit: int, after: str | None) -> list[TaughtRecord]:
+    """An owner's taught questions, newest first (``after``: the previous page's last id)."""
+    query = (select(*LISTED, jobs.c.status.label("job_status"), jobs.c.error.label("job_error"))
+             .select_from(taught_questions.outerjoin(jobs, jobs.c.id == taught_questions.c.job_id))
+             .where(taught_questions.c.owner == owner))
+    if after is not None:
+        query = query.where(taught_questions.c.id < after)
+    query = query.order_by(taught_questions.c.id.desc()).limit(limit)
+    found = []
+    with db.connect() as connection:
+        for row in connection.execute(query):
+            values = {key: value for key, value in row._mapping.items()
+                      if key not in ("job_status", "job_error")}
+            job = None if row.job_status is None else _JobStanding(row.job_status, row.job_error)
+            found.append(_taught(_Row(values), job))
+    return found
+
+
+@dataclass(frozen=True)
+class _JobStanding:
+    status: str
+    error: str | None
+
+
+@dataclass(frozen=True)
+class _Row:
+    _mapping: dict[str, Any]
+
+
+def delete_taught(db: Engine, taught_id: str, owner: str) -> bool:
+    """Delete a taught question; its fit job is cancelled if it has not started."""
+    with db.begin() as connection:
+        row = connection.execute(select(taught_questions.c.job_id).where(
+            taught_questions.c.id == taught_id, taught_questions.c.owner == owner)).first()
+        if row is None:
+            return False
+        connection.execute(delete(taught_questions).where(taught_questions.c.id == taught_id))
+        if row.job_id:
+            connection.execute(update(jobs).where(jobs.c.id == row.job_id,
+                                                  jobs.c.status == QUEUED)
+                               .values(status="cancelled", finished_at=time.time(),
+                                       cancel_requested=True))
+    return True
+
+
+def finish_fit(db: Engine, taught_id: str, *, readout: dict[str, Any] | None,
+               fit: dict[str, Any] | None, model_identity: str | None,
+               error: dict[str, Any] | None) -> bool:
+    """Store a fit's outcome: ``ready`` with its readout, or ``failed`` with its reason.
+    False when the taught question was deleted meanwhile."""
+    values = {"status": READY if error is None else FAILED, "finished_at": time.time(),
+              "readout": None if readout is None else json.dumps(readout),
+              "fit": None if fit is None else json.dumps(fit),
+              "model_identity": model_identity,
+              "error": None if error is None else json.dumps(error)}
+    with db.begin() as connection:
+        return connection.execute(update(taught_questions)
+                                  .where(taught_questions.c.id == taught_id)
+                                  .values(**values)).rowcount == 1
+
+
+def ready_matches(db: Engine, *, owner: str,
+                  match_keys: list[str]) -> dict[str, tuple[str, str | None]]:
+    """The newest ready taught question of ``owner`` for each match key that has one: its id
+    and the identity of the model file it was fitted on."""
+    if not match_keys:
+        return {}
+    query = (select(taught_questions.c.match_key, taught_questions.c.id,
+                    taught_questions.c.model_identity)
+             .where(taught_questions.c.owner == owner,
+                    taught_questions.c.match_key.in_(sorted(set(match_keys))),
+                    taught_questions.c.status == READY)
+             .order_by(taught_questions.c.id))
+    with db.connect() as connection:
+        return {row.match_key: (row.id, row.model_identity) for row in connection.execute(query)}
+
+
+def readout_of(db: Engine, taught_id: str, owner: str) -> tuple[str, dict[str, Any]] | None:
+    """A ready taught question's match key and readout (the owner's only)."""
+    with db.connect() as connection:
+        row = connection.execute(select(taught_questions.c.match_key,
+                                        taught_questions.c.readout).where(
+            taught_questions.c.id == taught_id, taught_questions.c.owner == owner,
+            taught_questions.c.status == READY)).first()
+    return None if row is None else (row.match_key, json.loads(row.readout))
+
+
+def save_labels(db: Engine, *, job_id: str, owner: str,
+                labels: dict[str, tuple[str, Any]]) -> None:
+    """Record (or replace) the right answers of a past decision: question key → (match key,
+    answer)."""
+    now = time.time()
+    rows = [{"job_id": job_id, "question_key": key, "owner": owner, "match_key": match,
+             "answer": json.dumps(answer), "created_at": now}
+            for key, (match, answer) in labels.items()]
+    with db.begin() as connection:
+        insert = (postgresql.insert(job_labels) if db.dialect.name == "postgresql"
+                  else sqlite.insert(job_labels))
+        for row in rows:
+            connection.execute(insert.values(**row).on_conflict_do_update(
+                index_elements=["job_id", "question_key"],
+                set_={"answer": row["answer"], "match_key": row["match_key"],
+                      "created_at": row["created_at"]}))
+
+
+def labelled_examples(db: Engine, *, owner: str, match_key: str,
+                      limit: int) -> list[dict[str, Any]]:
+    """Every labelled decision of ``owner`` for a question, as examples ``{"state", "answer"}``
+    (oldest first; a job purged by retention is gone with its state)."""
+    query = (select(job_labels.c.answer, jobs.c.request)
+             .select_from(job_labels.join(jobs, jobs.c.id == job_labels.c.job_id))
+             .where(job_labels.c.owner == owner, job_labels.c.match_key == match_key)
+             .order_by(job_labels.c.job_id, job_labels.c.question_key).limit(limit))
+    with db.connect() as connection:
+        return [{"state": json.loads(row.request)["state"], "answer": json.loads(row.answer)}
+                for row in connection.execute(query)]
+
+
+def labelled_count(db: Engine, *, owner: str, match_key: str) -> int:
+    with db.connect() as connection:
+        return int(connection.execute(select(func.count()).select_from(job_labels).where(
+            job_labels.c.owner == owner, job_labels.c.match_key == match_key)).scalar_one())
+

@@ -1,0 +1,102 @@
+"""Fitting a taught readout (``decide.teach.fit``) and recovering a hidden state from logits
+(``decide.llm.hidden``), on made-up data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from decide.llm.hidden import HiddenProjection, HiddenStateUnavailable
+from decide.teach import fit
+from decide.teach.fit import fit_readout, folds_of, scores
+
+
+def separable(n_per: int = 12, k: int = 3, d: int = 16, seed: int = 3):
+    """Clusters around one direction per answer, with noise."""
+    generator = np.random.default_rng(seed)
+    centres = generator.normal(size=(k, d)) * 3
+    x = np.concatenate([centres[j] + generator.normal(size=(n_per, d)) for j in range(k)])
+    y = np.repeat(np.arange(k), n_per)
+    return x, y
+
+
+def test_a_readout_learns_separable_answers_and_is_calibrated_on_them():
+    x, y = separable()
+    fitted = fit_readout("tq_1", x, y, ["a", "b", "c"], ordinal=False)
+    figures = fitted.figures
+    assert figures["taught"]["accuracy"] >= 0.9
+    assert figures["examples_per_answer"] == {"a": 12, "b": 12, "c": 12}
+    assert figures["penalty"] in fit.PENALTIES and figures["readout"] == "softmax"
+    found = np.array([fitted.readout.probabilities(list(row)) for row in x])
+    assert (found.argmax(axis=1) == y).mean() == 1.0
+
+
+def test_the_same_examples_give_the_same_weights():
+    x, y = separable()
+    first = fit_readout("tq_1", x, y, ["a", "b", "c"], ordinal=False).readout
+    second = fit_readout("tq_1", x.copy(), list(y), ["a", "b", "c"], ordinal=False).readout
+    assert first == second
+
+
+def test_score_levels_keep_the_readout_with_the_lower_cross_validated_loss():
+    generator = np.random.default_rng(5)
+    score = np.linspace(-3, 3, 45)
+    x = np.column_stack([score + generator.normal(scale=0.3, size=45),
+                         generator.normal(size=(45, 5))])
+    y = np.digitize(score, [-1, 1])
+    fitted = fit_readout("tq_1", x, y, ["0", "1", "2"], ordinal=True)
+    losses = fitted.figures["cross_validated_log_loss"]
+    assert set(losses) == {"ordinal", "softmax"}
+    assert fitted.figures["readout"] == min(losses, key=losses.get)
+    probabilities = fitted.readout.probabilities(list(x[0]))
+    assert sum(probabilities) == pytest.approx(1.0) and probabilities[0] > 0.5
+
+
+def test_folds_spread_every_answer_and_the_curve_stays_below_the_examples():
+    y = np.array([0] * 7 + [1] * 3)
+    folds = folds_of(y)
+    assert sorted(set(folds[y == 1])) == [2, 3, 4]
+    x, y = separable(n_per=8)
+    curve = fit_readout("tq_1", x, y, ["a", "b", "c"], ordinal=False).figures["learning_curve"]
+    assert [point["examples"] for point in curve] == [5, 10, 20]
+    assert all(point["held_out"] == 24 - point["examples"] for point in curve)
+
+
+def test_scores_are_accuracy_ece_and_log_loss():
+    probabilities = np.array([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7]])
+    found = scores(probabilities, np.array([0, 1, 1]))
+    assert found["accuracy"] == pytest.approx(2 / 3, abs=1e-4)
+    # bins: 0.9 right, 0.6 wrong, 0.7 right → (|1-0.9| + |0-0.6| + |1-0.7|) / 3
+    assert found["ece"] == pytest.approx((0.1 + 0.6 + 0.3) / 3, abs=1e-4)
+    assert found["log_loss"] == pytest.approx(-np.log([0.9, 0.4, 0.7]).mean(), abs=1e-4)
+
+
+def write_gguf(path, tensors):
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for name, array in tensors.items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_the_hidden_state_is_recovered_from_a_logits_row(tmp_path):
+    generator = np.random.default_rng(7)
+    head = generator.normal(size=(3000, 8)).astype(np.float32)
+    path = tmp_path / "head.gguf"
+    write_gguf(path, {"token_embd.weight": head})
+    projection = HiddenProjection.from_gguf(path)
+    hidden = generator.normal(size=8)
+    logits = (head.astype(np.float64) @ hidden).astype(np.float32)
+    assert np.allclose(projection.hidden(logits), hidden, atol=1e-4)
+    assert projection.hidden(logits) == projection.hidden(logits.copy())
+
+
+def test_a_gguf_without_an_output_head_cannot_be_read(tmp_path):
+    path = tmp_path / "nohead.gguf"
+    write_gguf(path, {"blk.0.attn_q.weight": np.zeros((4, 4), dtype=np.float32)})
+    with pytest.raises(HiddenStateUnavailable, match="no output head"):
+        HiddenProjection.from_gguf(path)
