@@ -1,0 +1,224 @@
+"""Taught questions: what teaching buys, what a taught answer costs, how long a fit takes.
+
+Run on demand (not a test):
+
+    .venv/bin/python benchmarks/taught.py [--sizes 5 10 20 40] [--calls 30] [--fit-examples 200]
+                                          [--skip-quality] [--skip-distributed]
+
+  (a) quality through the API of an embedded service: the zero-shot baseline, then for each
+      size N every question of quality/calibration.jsonl taught on its first N examples
+      (answers in turn), and quality/decisions.jsonl asked through the API (each choice item
+      again with its options rotated). Prints accuracy overall and outside the factual
+      domain, ECE and accuracy per domain. Goal at 40: accuracy >= 0.85 overall and >= 0.88
+      outside factual, ECE <= 0.06.
+  (b) cost: one request (a routing choice, a refund noul, an urgency score) answered by its
+      taught questions against the same request with "x_taught": false, interleaved sync
+      calls; the ratio of median decode times (goal <= 1.1).
+  (c) fit time of a question taught on --fit-examples examples, embedded and in the
+      distributed setup (PostgreSQL, Redis, a Celery worker; as the tests use them): from the
+      POST to ready, and the fit's own seconds. Goal: under 60 s each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import httpx
+
+from decide.cli.teaching import first_per_answer, read_examples
+from decide.quality.evaluate import evaluate, load_set
+from tests.support.local import LocalCluster, await_ready, free_port
+
+CALIBRATION = ROOT / "quality" / "calibration.jsonl"
+DECISIONS = ROOT / "quality" / "decisions.jsonl"
+
+
+class EmbeddedServer:
+    """``decide serve`` with its own SQLite file, open (no keys)."""
+
+    def __init__(self, root: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "DECIDE_DATABASE_URL": f"sqlite:///{root / 'jobs.db'}",
+               "DECIDE_API_KEYS": ""}
+        env.pop("DECIDE_BROKER_URL", None)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "decide", "serve", "--port", str(self.port)], env=env,
+            stdout=(root / "server.log").open("w"), stderr=subprocess.STDOUT)
+        if not await_ready(self.url, 180, gone=lambda: self.process.poll() is not None):
+            raise RuntimeError((root / "server.log").read_text())
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def teach(client: httpx.Client, question: dict[str, Any], examples: list[dict[str, Any]],
+          seconds: float = 900) -> dict[str, Any]:
+    created = client.post("/v1/questions", json={"question": question, "examples": examples})
+    created.raise_for_status()
+    taught_id = created.json()["id"]
+    deadline = time.monotonic() + seconds
+    while True:
+        taught = client.get(f"/v1/questions/{taught_id}", params={"wait": 30}).json()
+        if taught["status"] in ("ready", "failed") or time.monotonic() > deadline:
+            return taught
+
+
+def forget_all(client: httpx.Client) -> None:
+    for taught in client.get("/v1/questions", params={"limit": 100}).json()["data"]:
+        client.delete(f"/v1/questions/{taught['id']}")
+
+
+def evaluate_through(client: httpx.Client) -> dict[str, Any]:
+    items = load_set(DECISIONS)
+
+    def ask(state: Any, question: dict[str, Any]) -> dict[str, Any]:
+        response = client.post("/v1/systemone", json={"state": state, "questions": {"q": question}})
+        response.raise_for_status()
+        answer = response.json()["answers"]["q"]
+        taught_answers[0] += "x_taught" in answer
+        return answer
+
+    taught_answers = [0]
+    report = evaluate(items, ask)
+    summary = report.summary()
+    outside = [item for item in report.scored if item.domain != "factual"]
+    summary["accuracy_outside_factual"] = round(
+        sum(item.probabilities.index(max(item.probabilities)) == item.gold
+            for item in outside) / len(outside), 4)
+    summary["taught_answers"] = taught_answers[0]
+    return summary
+
+
+def quality(client: httpx.Client, sizes: list[int]) -> None:
+    groups = read_examples(str(CALIBRATION))
+    rows = [("zero-shot", evaluate_through(client), None)]
+    for size in sizes:
+        forget_all(client)
+        fits = [teach(client, question, first_per_answer(examples, size))
+                for question, examples in groups]
+        failed = [fit for fit in fits if fit["status"] != "ready"]
+        if failed:
+            raise RuntimeError(f"fits failed: {failed}")
+        rows.append((f"taught on {size}", evaluate_through(client), fits))
+    print("(a) quality: quality/decisions.jsonl through the API (218 items)")
+    print("    readout        accuracy  outside factual  ECE     taught answers  by domain")
+    for name, summary, _ in rows:
+        domains = " ".join(f"{domain} {value:.2f}" for domain, value
+                           in summary["by_domain"].items())
+        outside = summary["accuracy_outside_factual"]
+        print(f"    {name:<14} {summary['accuracy']:.3f}     {outside:.3f}            "
+              f"{summary['ece']:.3f}   {summary['taught_answers']:>5}          {domains}")
+    print("    rotation survival at the last size: "
+          f"{rows[-1][1]['rotation_survival']:.2f}")
+    last_fits = rows[-1][2] or []
+    for fit in last_fits:
+        figures = fit["fit"]
+        print(f"    {fit['question'].get('instructions')!r}: {figures['readout']}, cross-"
+              f"validated accuracy {figures['taught']['accuracy']:.2f} (zero-shot "
+              f"{figures['zero_shot']['accuracy']:.2f}), fit {figures['seconds']:.1f} s")
+
+
+def cost(client: httpx.Client, calls: int) -> None:
+    groups = read_examples(str(CALIBRATION))
+    by_domain = {question["instructions"]: (question, examples)
+                 for question, examples in groups}
+    route = by_domain["Which team should handle this support ticket?"]
+    urgency = by_domain["How urgent is this message?"]
+    refund = ({"type": "noul", "instructions": "Does the customer ask for a refund?"},
+              [{"state": "I was charged twice, please refund.", "answer": "yes"},
+               {"state": "How do I reset my password?", "answer": "no"},
+               {"state": "Give me my money back for the broken order.", "answer": "yes"},
+               {"state": "When does the sale end?", "answer": "no"}])
+    forget_all(client)
+    for question, examples in (route, urgency, refund):
+        teach(client, question, examples)
+    taught = {"route": route[0], "refund": refund[0], "urgency": urgency[0]}
+    zero_shot = {key: {**value, "x_taught": False} for key, value in taught.items()}
+    states = [item["state"] for item in load_set(DECISIONS)][:calls]
+    taught_ms: list[float] = []
+    zero_ms: list[float] = []
+    for state in states:
+        for questions, times in ((taught, taught_ms), (zero_shot, zero_ms)):
+            response = client.post("/v1/systemone", json={"state": state,
+                                                          "questions": questions})
+            response.raise_for_status()
+            times.append(response.json()["x_timings"]["decode_ms"])
+            answers = response.json()["answers"]
+            assert all(("x_taught" in answer) == (questions is taught)
+                       for answer in answers.values()), answers
+    ratio = statistics.median(taught_ms) / statistics.median(zero_ms)
+    print(f"(b) cost: {calls} requests of 3 questions, interleaved: taught median decode "
+          f"{statistics.median(taught_ms):.1f} ms, zero-shot {statistics.median(zero_ms):.1f} ms"
+          f" = {ratio:.3f}x (goal <= 1.1)")
+
+
+def fit_examples(count: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A noul over both sets' states: is this a routing ticket? (answers from the domains)."""
+    question = {"type": "noul", "instructions": "Is this a support ticket about an account, "
+                                                "a bill, a bug or a purchase?"}
+    items = load_set(CALIBRATION) + load_set(DECISIONS)
+    examples = [{"state": item["state"], "answer": item["domain"] == "routing"}
+                for item in items]
+    return question, first_per_answer(examples, count)
+
+
+def fit_time(url: str, count: int, where: str) -> None:
+    question, examples = fit_examples(count)
+    with httpx.Client(base_url=url, timeout=900) as client:
+        started = time.perf_counter()
+        taught = teach(client, question, examples)
+        wall = time.perf_counter() - started
+    figures = taught["fit"] or {}
+    print(f"(c) fit on {len(examples)} examples, {where}: {taught['status']} after {wall:.1f} s "
+          f"(the fit itself {figures.get('seconds', float('nan')):.1f} s: decoding "
+          f"{figures.get('decode_ms', 0) / 1000:.1f} s, fitting "
+          f"{figures.get('fit_ms', 0) / 1000:.1f} s) (goal < 60 s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="taught questions benchmark")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[5, 10, 20, 40])
+    parser.add_argument("--calls", type=int, default=30)
+    parser.add_argument("--fit-examples", type=int, default=200)
+    parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--skip-distributed", action="store_true")
+    args = parser.parse_args()
+    print("command: .venv/bin/python benchmarks/taught.py " + " ".join(sys.argv[1:]))
+    with tempfile.TemporaryDirectory() as root:
+        server = EmbeddedServer(Path(root))
+        try:
+            with httpx.Client(base_url=server.url, timeout=900) as client:
+                if not args.skip_quality:
+                    quality(client, args.sizes)
+                cost(client, args.calls)
+                forget_all(client)
+            fit_time(server.url, args.fit_examples, "embedded")
+        finally:
+            server.stop()
+    if args.skip_distributed:
+        return
+    with tempfile.TemporaryDirectory() as root:
+        cluster = LocalCluster(Path(root))
+        try:
+            cluster.start_worker()
+            cluster.start_api()
+            fit_time(cluster.url, args.fit_examples, "distributed (PostgreSQL, Redis, Celery)")
+        finally:
+            cluster.close()
+
+
+if __name__ == "__main__":
+    main()
