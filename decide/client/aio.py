@@ -13,7 +13,7 @@ import httpx
 from decide.client import calls
 from decide.client.answers import Decision, parse_decision
 from decide.client.errors import DecisionTimeoutError, ServiceUnreachableError
-from decide.client.records import Batch, BatchResult, Job, batch_result
+from decide.client.records import Batch, BatchResult, Job, TaughtQuestion, batch_result
 from decide.client.sync import _decision_of
 from decide.core.protocol import MAX_WAIT_SECONDS
 
@@ -124,3 +124,30 @@ class AsyncClient:
         except httpx.TransportError as error:
             raise ServiceUnreachableError(
                 f"cannot reach {self._http.base_url}: {error}") from error
+
+    async def teach(self, question: Mapping[str, Any],
+                    examples: Iterable[Mapping[str, Any]] = (), *, model: str | None = None,
+                    from_labels: bool = False, wait: float | None = 300.0) -> TaughtQuestion:
+        created, _ = await self._call("POST", "/v1/questions",
+                                      json_body=calls.teach_body(question, examples, model,
+                                                                 from_labels))
+        taught = TaughtQuestion.from_wire(created)
+        return await self.taught(taught.id, wait=wait) if wait else taught
+
+    async def taught(self, taught_id: str, wait: float | None = None) -> TaughtQuestion:
+        deadline = time.monotonic() + (wait or 0)
+        while True:
+            params = calls.taught_poll(wait, deadline, time.monotonic())
+            body, _ = await self._call("GET", f"/v1/questions/{taught_id}", params=params,
+                                       timeout=(params or {}).get("wait", 0) + self.timeout)
+            taught = TaughtQuestion.from_wire(body)
+            if taught.settled or params is None:
+                return taught
+
+    async def forget(self, taught_id: str) -> None:
+        await self._call("DELETE", f"/v1/questions/{taught_id}")
+
+    async def label(self, job_id: str, answers: Mapping[str, Any]) -> dict[str, Any]:
+        body, _ = await self._call("POST", f"/v1/jobs/{job_id}/labels",
+                                   json_body={"answers": dict(answers)})
+        return body

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from decide.client.errors import APIError, error_from_response
+from decide.core.protocol import MAX_WAIT_SECONDS
 
 RETRIED_STATUSES = (429, 503)
 DEFAULT_RETRY_SECONDS = 1.0
@@ -92,3 +93,20 @@ def outcome(response: httpx.Response, deadline: float) -> tuple[Any, httpx.Heade
     if delay is None:
         return checked(response.status_code, body, response.headers), response.headers
     return delay
+
+
+def teach_body(question: Mapping[str, Any], examples: Iterable[Mapping[str, Any]],
+               model: str | None, from_labels: bool) -> dict[str, Any]:
+    """The body of ``POST /v1/questions``."""
+    body: dict[str, Any] = {"question": dict(question),
+                            "examples": [dict(example) for example in examples],
+                            "from_labels": from_labels}
+    if model is not None:
+        body["model"] = model
+    return body
+
+
+def taught_poll(wait: float | None, deadline: float, now: float) -> dict[str, Any] | None:
+    """The ``?wait=`` of the next read of a taught question, or None for a plain read."""
+    left = deadline - now
+    return {"wait": min(left, MAX_WAIT_SECONDS)} if wait and left > 0 else None

@@ -142,12 +142,9 @@ class Client:
               wait: float | None = 300.0) -> TaughtQuestion:
         """Teach a question from labelled examples (``{"state", "answer"}``), and by default
         wait up to ``wait`` seconds for its fit (``status`` ``ready`` or ``failed``)."""
-        body: dict[str, Any] = {"question": dict(question),
-                                "examples": [dict(example) for example in examples],
-                                "from_labels": from_labels}
-        if model is not None:
-            body["model"] = model
-        created, _ = self._call("POST", "/v1/questions", json_body=body)
+        created, _ = self._call("POST", "/v1/questions",
+                                json_body=calls.teach_body(question, examples, model,
+                                                           from_labels))
         taught = TaughtQuestion.from_wire(created)
         return self.taught(taught.id, wait=wait) if wait else taught
 
@@ -155,12 +152,11 @@ class Client:
         """A taught question; with ``wait``, long-polled until settled or ``wait`` seconds."""
         deadline = time.monotonic() + (wait or 0)
         while True:
-            left = deadline - time.monotonic()
-            params = {"wait": min(left, MAX_WAIT_SECONDS)} if wait and left > 0 else None
+            params = calls.taught_poll(wait, deadline, time.monotonic())
             body, _ = self._call("GET", f"/v1/questions/{taught_id}", params=params,
                                  timeout=(params or {}).get("wait", 0) + self.timeout)
             taught = TaughtQuestion.from_wire(body)
-            if taught.settled or not wait or time.monotonic() >= deadline:
+            if taught.settled or params is None:
                 return taught
 
     def taught_questions(self) -> list[TaughtQuestion]:

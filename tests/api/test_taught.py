@@ -4,6 +4,7 @@ labels from audited jobs, ownership, a stale readout refused, and bad input."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import time
@@ -255,3 +256,51 @@ def test_a_deleted_taught_question_stops_answering(server):
                                   "deleted": True}
         assert client.get(f"/v1/questions/{created['id']}").status_code == 404
         assert "x_taught" not in ask(client, {"g": question}, state="Hey")["g"]
+
+
+SHIPPING = {"type": "noul", "instructions": "Is this about a delivery?"}
+SHIPPING_EXAMPLES = [{"state": "Where is my parcel?", "answer": "yes"},
+                     {"state": "I forgot my password", "answer": "no"},
+                     {"state": "The courier left my box at the wrong door", "answer": "yes"},
+                     {"state": "Please cancel my subscription", "answer": "no"}]
+
+
+def test_the_client_teaches_labels_lists_and_forgets(server):
+    from decide.client import AsyncClient, Client, InvalidRequestError
+
+    with Client(server.url, api_key=ALPHA) as client:
+        taught = client.teach(SHIPPING, SHIPPING_EXAMPLES)
+        assert taught.status == "ready" and taught.fit["examples"] == 4
+        decision = client.decide("My order has not arrived", {"s": SHIPPING})
+        assert decision.raw["answers"]["s"]["x_taught"] == taught.id
+        assert 0 <= decision.noul("s").noul <= 1
+        job = client.submit("The box came crushed", {"s": SHIPPING})
+        client.wait(job.id, timeout=120)
+        assert client.label(job.id, {"s": "yes"})["answers"] == {"s": "yes"}
+        with pytest.raises(InvalidRequestError):
+            client.label(job.id, {"s": "perhaps"})
+        assert taught.id in [entry.id for entry in client.taught_questions()]
+        assert client.taught(taught.id).settled
+        client.forget(taught.id)
+        again = client.decide("My order has not arrived", {"s": SHIPPING})
+        assert "x_taught" not in again.raw["answers"]["s"]
+
+    async def teach_async():
+        async with AsyncClient(server.url, api_key=BETA) as client:
+            return await client.teach(SHIPPING, SHIPPING_EXAMPLES)
+
+    assert asyncio.run(teach_async()).status == "ready"
+
+
+def test_decide_teach_prints_the_fit_beside_zero_shot(server, tmp_path, capsys):
+    from decide.cli.main import main
+
+    lines = [json.dumps({"state": example["state"], "question": SHIPPING,
+                         "gold": example["answer"]}) for example in SHIPPING_EXAMPLES]
+    path = tmp_path / "teach.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["teach", str(path), "--url", server.url, "--api-key", ALPHA]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Is this about a delivery? (noul, 4 examples: no 2, yes 2)")
+    assert "taught     accuracy" in out and "zero-shot  accuracy" in out
+    assert "ready in" in out
