@@ -105,6 +105,9 @@ def score(item: dict[str, Any], question: dict[str, Any], answer: dict[str, Any]
 class Report:
     scored: list[Scored]
     pairs: list[tuple[Scored, Scored]]
+    taught: int = 0
+    """Items answered by a taught question (``x_taught``: asked through a service whose key
+    taught them)."""
 
     @property
     def choices(self) -> list[Scored]:
@@ -123,6 +126,7 @@ class Report:
                                 for n, table in position_shares(self.choices).items()},
             "worst_position_ratio": round(worst_position_ratio(self.choices), 4),
             "rotation_survival": round(rotation_survival(self.pairs), 4),
+            "taught_answers": self.taught,
             "reliability": [{"bin": f"{b.low:.1f}-{b.high:.1f}", "count": b.count,
                              "confidence": round(b.confidence, 4),
                              "accuracy": round(b.accuracy, 4)}
@@ -133,16 +137,19 @@ class Report:
 def evaluate(items: list[dict[str, Any]], ask: Ask,
              progress: Callable[[int, int], None] | None = None) -> Report:
     scored, pairs = [], []
+    taught = 0
     for number, item in enumerate(items, start=1):
         question = item["question"]
-        first = score(item, question, ask(item["state"], question))
+        answer = ask(item["state"], question)
+        taught += "x_taught" in answer
+        first = score(item, question, answer)
         scored.append(first)
         if question["type"] == "choice":
             turned = rotated(question)
             pairs.append((first, score(item, turned, ask(item["state"], turned))))
         if progress is not None:
             progress(number, len(items))
-    return Report(scored=scored, pairs=pairs)
+    return Report(scored=scored, pairs=pairs, taught=taught)
 
 
 def render(summary: dict[str, Any], model: str) -> str:
@@ -153,6 +160,9 @@ def render(summary: dict[str, Any], model: str) -> str:
                                                   in summary["by_domain"].items()),
              f"  position bias: worst position picked {summary['worst_position_ratio']:.2f}x "
              f"its fair share; picks surviving a rotation {summary['rotation_survival']:.2f}"]
+    if summary.get("taught_answers"):
+        lines.append(f"  answered by taught questions: {summary['taught_answers']} of "
+                     f"{summary['items']}")
     for n, table in summary["position_shares"].items():
         lines.append(f"    {n} options: " + "  ".join(f"#{int(p) + 1} {share:.2f}"
                                                       for p, share in table.items()))

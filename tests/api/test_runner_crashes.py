@@ -120,3 +120,23 @@ def test_a_job_that_kills_every_runner_ends_worker_crashed_and_others_are_served
         assert answer.status_code == 500
         assert answer.json()["detail"]["error_type"] == "worker_crashed"
         assert crashing_server.alive()
+
+
+def test_a_fit_whose_runner_keeps_dying_ends_failed_and_the_service_goes_on(crashing_server):
+    """A fit is a background job like any: a runner that dies on one of its examples every
+    time ends it ``worker_crashed``, and the taught question ``failed`` with that reason."""
+    question = {"type": "noul", "instructions": "Is this command safe?"}
+    examples = [{"state": "ls", "answer": "yes"}, {"state": f"{POISON} rm -rf /", "answer": "no"},
+                {"state": "pwd", "answer": "yes"}, {"state": "shutdown now", "answer": "no"}]
+    with crashing_server.client() as client:
+        created = client.post("/v1/questions", json={"question": question, "examples": examples})
+        assert created.status_code == 202, created.text
+        deadline = time.monotonic() + 240
+        taught = created.json()
+        while taught["status"] not in ("ready", "failed") and time.monotonic() < deadline:
+            taught = client.get(f"/v1/questions/{taught['id']}", params={"wait": 30}).json()
+        assert taught["status"] == "failed", taught
+        assert taught["error"]["error_type"] == "worker_crashed"
+        after = client.post("/v1/systemone", json={"state": "ls", "questions": {"q": question}})
+    assert after.status_code == 200 and "x_taught" not in after.json()["answers"]["q"]
+    assert crashing_server.alive()

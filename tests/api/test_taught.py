@@ -304,3 +304,21 @@ def test_decide_teach_prints_the_fit_beside_zero_shot(server, tmp_path, capsys):
     assert out.startswith("Is this about a delivery? (noul, 4 examples: no 2, yes 2)")
     assert "taught     accuracy" in out and "zero-shot  accuracy" in out
     assert "ready in" in out
+
+
+def test_typesafes_sdk_reads_taught_answers_unchanged(server, taught, monkeypatch):
+    import typesafe_sdk
+    from typesafe_sdk import Choice, Noul, Score
+
+    monkeypatch.setenv("TYPESAFE_BASE_URL", server.url)
+    monkeypatch.setenv("TYPESAFE_API_KEY", ALPHA)
+    with typesafe_sdk.TypeSafeClient() as sdk:
+        result = sdk.system_one(state=STATE, questions={
+            "gate": Noul(instructions=SAFETY["instructions"]),
+            "route": Choice(instructions=ROUTING["instructions"], criteria=ROUTING["criteria"]),
+            "urgency": Score(instructions=URGENCY["instructions"],
+                             criteria=URGENCY["criteria"])})
+    with server.client(ALPHA) as client:
+        direct = ask(client, {"gate": SAFETY})["gate"]
+    assert result.nouls["gate"].noul == direct["noul"]
+    assert direct["x_taught"] == taught["id"]

@@ -1,0 +1,53 @@
+"""``decide teach``'s file reading and example choice, without a model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from decide.cli.teaching import first_per_answer, read_examples, render_fit
+
+NOUL = {"type": "noul", "instructions": "Refund asked?"}
+ROUTE = {"type": "choice", "instructions": "Which team?",
+         "criteria": {"billing": None, "technical": None}}
+
+
+def test_lines_are_grouped_by_question_with_options_in_any_order(tmp_path):
+    rotated = {**ROUTE, "criteria": {"technical": None, "billing": None}}
+    lines = [{"state": "a", "question": NOUL, "answer": "yes"},
+             {"state": "b", "question": ROUTE, "gold": "billing"},
+             {"state": "c", "question": rotated, "gold": "technical"},
+             {"state": "d", "question": NOUL, "gold": False}]
+    path = tmp_path / "examples.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n")
+    groups = read_examples(str(path))
+    assert [question for question, _ in groups] == [NOUL, ROUTE]
+    assert groups[0][1] == [{"state": "a", "answer": "yes"}, {"state": "d", "answer": False}]
+    assert [example["answer"] for example in groups[1][1]] == ["billing", "technical"]
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ("not json", "line 1: not JSON"),
+    (json.dumps({"state": "a", "question": NOUL}), "needs an answer"),
+    (json.dumps({"state": "a", "question": {"type": "choice", "instructions": "?",
+                                            "criteria": ["one"]}, "answer": "one"}),
+     "criteria"),
+])
+def test_a_bad_line_is_named(tmp_path, line, words):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ValueError, match=words):
+        read_examples(str(path))
+
+
+def test_the_first_examples_are_taken_answer_by_answer():
+    examples = [{"state": str(i), "answer": "yes" if i < 6 else "no"} for i in range(9)]
+    chosen = first_per_answer(examples, 4)
+    assert [example["state"] for example in chosen] == ["0", "6", "1", "7"]
+    assert first_per_answer(examples, None) == examples
+
+
+def test_a_failed_fit_is_shown_with_its_reason():
+    shown = render_fit(NOUL, "failed", None, {"message": "worker_crashed"}, "tq_1")
+    assert shown == "Refund asked?\n  tq_1 failed: worker_crashed\n"
