@@ -21,12 +21,12 @@ from decide.core.engine import Decision
 from decide.core.errors import DecideError, InvalidRequest
 from decide.core.protocol import DecisionRequest
 from decide.core.questions import Collector, Question, ScoreQuestion, parse_question
-from decide.core.readout import ChoiceReadout, NoulReadout, Readout
 from decide.core.taught import (
     MAX_EXAMPLES,
     TaughtReadout,
     answer_index,
     answer_keys,
+    zero_shot_by_answer,
 )
 from decide.store import taught as taught_store
 from decide.store.db import Database
@@ -57,15 +57,6 @@ def stored_question(raw: dict[str, Any]) -> Question:
     if question is None:
         raise FitFailed(f"the stored question cannot be read: {errors.errors[0].msg}")
     return replace(question, taught=False)
-
-
-def zero_shot_probabilities(answer: Readout, question: Question) -> list[float]:
-    """A zero-shot answer's probabilities in ``answer_keys`` order."""
-    if isinstance(answer, NoulReadout):
-        return [1.0 - answer.noul, answer.noul]
-    if isinstance(answer, ChoiceReadout):
-        return [answer.probabilities[key] for key in answer_keys(question)]
-    return [answer.probabilities[key] for key in answer_keys(question)]
 
 
 def run_fit(db: Database, job: JobRecord, engine: Decides,
@@ -127,7 +118,8 @@ def fit_examples(taught_id: str, question: Question, examples: list[dict[str, An
             raise FitFailed(f"example {number}: {refused}") from refused
         hidden.append(decision.hidden[question.id])
         labels.append(index)
-        zero_shot.append(zero_shot_probabilities(decision.answers[question.id], question))
+        by_answer = zero_shot_by_answer(decision.answers[question.id], question)
+        zero_shot.append([by_answer[key] for key in keys])
         tokens += decision.input_tokens
         identity = decision.model_identity
     decoded = time.perf_counter()

@@ -19,7 +19,7 @@ from decide.core.questions import TAUGHT_FIELD, Question, ScoreQuestion
 from decide.core.readout import Readout, answer, taught_answer
 from decide.core.render import CHUNK_CHARS, render_state
 from decide.core.rows import RowBuilder, RowPlan, RowReader, is_isolated
-from decide.core.taught import TaughtReadout, answer_keys
+from decide.core.taught import TaughtReadout, answer_keys, zero_shot_by_answer
 
 ROWS_RULE = {
     "labels": "one per choice or noul question, one per level of an isolated score",
@@ -301,8 +301,8 @@ class DecisionEngine:
             readout = request.taught.get(question.id)
             if readout is not None:
                 answers[question.id] = taught_answer(
-                    question, _in_question_order(readout, question,
-                                                 reading.hidden[question.id]), readout.id)
+                    question, _in_question_order(readout, question, reading.hidden[question.id],
+                                                 answers[question.id]), readout.id)
         types = {question.id: question.type for question in request.questions}
         rows_by_type: dict[str, int] = {}
         for row in plan.rows + plan.prior_rows:
@@ -329,17 +329,18 @@ def _answer_slots(plan: RowPlan, question_ids: frozenset[str]) -> dict[str, int]
     return slots
 
 
-def _in_question_order(readout: TaughtReadout, question: Question,
-                       hidden: Sequence[float]) -> list[float]:
+def _in_question_order(readout: TaughtReadout, question: Question, hidden: Sequence[float],
+                       zero_shot: Readout) -> list[float]:
     """The readout's probabilities in the question's own answer order (a choice's options may
     come in any order); a question whose answers are not the readout's is refused."""
-    by_answer = dict(zip(readout.answers, readout.probabilities(hidden), strict=True))
     keys = answer_keys(question)
-    if sorted(keys) != sorted(by_answer):
+    if sorted(keys) != sorted(readout.answers):
         raise InvalidRequest(errors=[FieldError(
             loc=("questions", question.id, TAUGHT_FIELD),
-            msg=f"taught question {readout.id} answers {sorted(by_answer)}, and this question's "
-                f"answers are {sorted(keys)}", type="value_error")])
+            msg=f"taught question {readout.id} answers {sorted(readout.answers)}, and this "
+                f"question's answers are {sorted(keys)}", type="value_error")])
+    features = readout.features(hidden, zero_shot_by_answer(zero_shot, question))
+    by_answer = dict(zip(readout.answers, readout.probabilities(features), strict=True))
     return [by_answer[key] for key in keys]
 
 

@@ -29,6 +29,9 @@ MIN_EXAMPLES = 4
 """A taught question needs at least this many examples in all (cross-validation needs folds)."""
 MAX_EXAMPLES = 2_000
 """The most examples one taught question may be fitted on (inline and labelled together)."""
+ZERO_SHOT_FLOOR = 1e-4
+"""A zero-shot probability is read as a feature as ``log(max(p, floor))`` (answers are rounded
+to 4 decimals, so 0 means below this)."""
 
 
 def answer_keys(question: Question) -> list[str]:
@@ -117,12 +120,22 @@ class TaughtReadout:
     bias: tuple[float, ...] = ()
     thresholds: tuple[float, ...] = ()
     model_identity: str = ""
+    uses_zero_shot: bool = False
+    """Features: the hidden state, then (when set) each answer's zero-shot log-probability
+    from the same decode, in ``answers`` order."""
 
-    def probabilities(self, hidden: Sequence[float]) -> list[float]:
-        if len(hidden) != len(self.mean):
-            raise ValueError(f"taught question {self.id}: the hidden state has {len(hidden)} "
-                             f"values and the readout was fitted on {len(self.mean)}")
-        z = [(value - mean) / scale for value, mean, scale in zip(hidden, self.mean,
+    def features(self, hidden: Sequence[float], zero_shot: dict[str, float]) -> list[float]:
+        """What the readout reads: the hidden state, and the zero-shot answer's
+        log-probabilities when it uses them (``zero_shot``: answer key → probability)."""
+        if not self.uses_zero_shot:
+            return list(hidden)
+        return [*hidden, *(zero_shot_feature(zero_shot[key]) for key in self.answers)]
+
+    def probabilities(self, features: Sequence[float]) -> list[float]:
+        if len(features) != len(self.mean):
+            raise ValueError(f"taught question {self.id}: {len(features)} features given and "
+                             f"the readout was fitted on {len(self.mean)}")
+        z = [(value - mean) / scale for value, mean, scale in zip(features, self.mean,
                                                                  self.scale)]
         if self.kind == ORDINAL:
             score = math.fsum(w * v for w, v in zip(self.weights[0], z))
@@ -141,7 +154,8 @@ class TaughtReadout:
         return {"version": READOUT_VERSION, "kind": self.kind, "answers": list(self.answers),
                 "mean": list(self.mean), "scale": list(self.scale),
                 "weights": [list(row) for row in self.weights], "bias": list(self.bias),
-                "thresholds": list(self.thresholds), "model_identity": self.model_identity}
+                "thresholds": list(self.thresholds), "model_identity": self.model_identity,
+                "uses_zero_shot": self.uses_zero_shot}
 
     @classmethod
     def from_json(cls, taught_id: str, raw: dict[str, Any]) -> TaughtReadout:
@@ -149,7 +163,19 @@ class TaughtReadout:
                    mean=tuple(raw["mean"]), scale=tuple(raw["scale"]),
                    weights=tuple(tuple(row) for row in raw["weights"]),
                    bias=tuple(raw.get("bias", ())), thresholds=tuple(raw.get("thresholds", ())),
-                   model_identity=raw.get("model_identity", ""))
+                   model_identity=raw.get("model_identity", ""),
+                   uses_zero_shot=bool(raw.get("uses_zero_shot", False)))
+
+
+def zero_shot_feature(probability: float) -> float:
+    return math.log(max(probability, ZERO_SHOT_FLOOR))
+
+
+def zero_shot_by_answer(answer: Any, question: Question) -> dict[str, float]:
+    """A zero-shot answer's probability of each answer key (``answer_keys``)."""
+    if isinstance(question, NoulQuestion):
+        return {"no": 1.0 - answer.noul, "yes": answer.noul}
+    return {key: answer.probabilities[key] for key in answer_keys(question)}
 
 
 def check_taught_identity(request: Any, model: str, identity: str) -> None:

@@ -100,3 +100,12 @@ def test_a_gguf_without_an_output_head_cannot_be_read(tmp_path):
     write_gguf(path, {"blk.0.attn_q.weight": np.zeros((4, 4), dtype=np.float32)})
     with pytest.raises(HiddenStateUnavailable, match="no output head"):
         HiddenProjection.from_gguf(path)
+
+
+def test_the_zero_shot_answer_is_read_as_features_when_given():
+    x, y = separable()
+    zero_shot = np.full((len(y), 3), 1 / 3)
+    fitted = fit_readout("tq_1", x, y, ["a", "b", "c"], ordinal=False, zero_shot=zero_shot)
+    assert fitted.readout.uses_zero_shot
+    assert fitted.figures["features"] == x.shape[1] + 3 and fitted.figures["hidden_size"] == 16
+    assert fitted.figures["zero_shot"]["accuracy"] == pytest.approx(12 / 36, abs=1e-4)

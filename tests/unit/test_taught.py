@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -182,3 +183,11 @@ def test_hidden_for_reports_the_state_without_changing_the_answer():
         state="s", questions=request.questions, hidden_for=frozenset({"noul"})))
     assert reported.answers == plain.answers
     assert set(reported.hidden) == {"noul"} and len(reported.hidden["noul"]) == 2
+
+
+def test_a_readout_may_read_the_zero_shot_answer_too():
+    taught = replace(readout(), uses_zero_shot=True)
+    features = taught.features([2.0, 3.0], {"sales": 0.5, "billing": 0.0, "technical": 0.25})
+    assert features == [2.0, 3.0, math.log(1e-4), math.log(0.25), math.log(0.5)]
+    assert readout().features([2.0, 3.0], {}) == [2.0, 3.0]
+    assert TaughtReadout.from_json("tq_1", taught.to_json()) == taught
