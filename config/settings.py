@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     """Where ``decide worker`` serves its Prometheus metrics (0: nowhere)."""
     retention_days: float = 30.0
     """Finished jobs older than this are purged."""
+    stall_seconds: float = Field(default=120.0, gt=0)
+    """A decode whose runner sends no progress (a row begun, or the answer) for this long,
+    plus 2 ms per byte of its request, is taken as hung: the runner is killed and the job takes
+    the crash path (tried again on a new runner, ``worker_crashed`` after ``max_attempts``).
+    ``/ready`` reports a decode without progress for half of that as stalled."""
     max_attempts: int = Field(default=3, ge=1)
     """How many times a job may be claimed by a worker that then died (a killed process, a
     crashed decoding runner) before the job ends ``failed`` with ``worker_crashed``: a job that

@@ -85,6 +85,9 @@ class EmbeddedWorker:
             return False, "the in-process worker is not running"
         if not self._runner.serving:
             return False, f"the decoding runner is not ready: {self._runner.problem or 'it died'}"
+        stalled = self._runner.stalled
+        if stalled is not None:
+            return False, stalled
         return True, f"decoding runner {self._runner.pid} ready"
 
     def _engine_for(self, model: str) -> RunnerEngine:

@@ -75,6 +75,8 @@ class Runner:
         self.crashes = 0
         self._generation = 0
         self._last_crash = ""
+        self._waiting: tuple[float, float] | None = None
+        """While a decode waits on the runner: since when (monotonic), and its bound."""
 
     @property
     def build(self) -> Variant:
@@ -194,9 +196,10 @@ class Runner:
             if self.state != READY:
                 raise RunnerUnavailable(self.problem or "the runner is not ready")
             generation = self._generation
+            bound = stall_bound(request, self._settings.stall_seconds)
             self._send(("decide", model, request))
             while True:
-                message = self._receive()
+                message = self._receive(bound)
                 if message[0] == "done":
                     return message[1]
                 if message[0] == "error":
@@ -226,23 +229,55 @@ class Runner:
         except OSError:
             self._crashed()
 
-    def _receive(self) -> tuple:
+    def _receive(self, bound: float | None = None) -> tuple:
+        """The runner's next message; with ``bound``, a runner silent for that long is taken as
+        hung (a stopped process, a llama.cpp or GPU call that never returns): it is killed and
+        the request takes the crash path."""
         assert self._connection is not None
         try:
+            if bound is not None:
+                self._waiting = (time.monotonic(), bound)
+                try:
+                    if not self._connection.poll(bound):
+                        self._hung(bound)
+                finally:
+                    self._waiting = None
             return self._connection.recv()
         except (EOFError, OSError):
             self._crashed()
             raise AssertionError("unreachable") from None
 
-    def _crashed(self) -> None:
-        """The runner died mid-request: say why, start the next one, fail the request."""
-        problem = self._record_death("mid-request")
+    @property
+    def stalled(self) -> str | None:
+        """Why a decode looks hung (no progress for half its bound), or None."""
+        waiting = self._waiting
+        if waiting is None:
+            return None
+        silent = time.monotonic() - waiting[0]
+        if silent <= waiting[1] / 2:
+            return None
+        return (f"decoding runner {self.pid} has made no progress for {silent:.0f} s (it is "
+                f"killed at {waiting[1]:.0f} s)")
+
+    def _hung(self, bound: float) -> None:
+        log.error("decoding runner %s made no progress for %.0f s: taken as hung and killed",
+                  self.pid, bound)
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+        self._crashed(f"the decoding runner made no progress for {bound:.0f} s (hung) and was "
+                      "killed")
+
+    def _crashed(self, cause: str | None = None) -> None:
+        """The runner died (or was killed as hung) mid-request: say why, start the next one,
+        fail the request."""
+        problem = self._record_death("mid-request", cause)
         self.start()
         raise RunnerCrashed(problem)
 
-    def _record_death(self, when: str) -> str:
+    def _record_death(self, when: str, cause: str | None = None) -> str:
         """Count a dead runner (a new generation: requests it held are gone); say why."""
-        problem = describe_exit(self._exit_status())
+        status = describe_exit(self._exit_status())
+        problem = status if cause is None else f"{cause} ({status})"
         self.crashes += 1
         self._generation += 1
         self._last_crash = problem
@@ -276,6 +311,17 @@ class Runner:
                     pass
             self._reap()
             self.state, self.problem = FAILED, "the runner was stopped"
+
+
+STALL_SECONDS_PER_BYTE = 0.002
+"""What a decode may take per byte of its request on top of ``stall_seconds``: a token is at
+least a byte, and a slow CPU reads a few hundred tokens a second."""
+
+
+def stall_bound(request: DecisionRequest, stall_seconds: float) -> float:
+    """How long a runner may send nothing while it decodes ``request``."""
+    size = len(repr(request.state)) + sum(len(repr(question)) for question in request.questions)
+    return stall_seconds + STALL_SECONDS_PER_BYTE * size
 
 
 class RunnerEngine:

@@ -6,6 +6,7 @@ fault with a real SIGSEGV by the runner's test-only switch (``DECIDE_TEST_RUNNER
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -140,3 +141,36 @@ def test_a_fit_whose_runner_keeps_dying_ends_failed_and_the_service_goes_on(cras
         after = client.post("/v1/systemone", json={"state": "ls", "questions": {"q": question}})
     assert after.status_code == 200 and "x_taught" not in after.json()["answers"]["q"]
     assert crashing_server.alive()
+
+
+@pytest.fixture(scope="module")
+def watchful_server(tmp_path_factory):
+    """A short stall bound: a decode silent for 4 s (plus 2 ms a byte) is taken as hung."""
+    root = tmp_path_factory.mktemp("watchful-server")
+    server = Server(root, {"DECIDE_API_KEYS": "", "DECIDE_STALL_SECONDS": "4"})
+    yield server
+    server.stop()
+
+
+def test_a_hung_runner_is_killed_and_its_job_finished_by_the_next(watchful_server):
+    """SIGSTOP of the runner alone (as a llama.cpp or GPU call that never returns): the decode
+    stops moving, /ready says so, the watchdog kills the runner, and the job is finished by a
+    new one."""
+    with watchful_server.client() as client:
+        pid = runner_pid(client)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            job_id = submit(client, "Where is my parcel?",
+                            {"late": {"type": "noul", "instructions": "Is the parcel late?"}})
+            codes = watch_readiness_through_a_restart(client, seconds=120)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        assert 503 in codes
+        job = wait_for_status(client, job_id, ("succeeded", "failed"), 120)
+        assert job["status"] == "succeeded", job
+        assert runner_pid(client) != pid
+        detail = client.get("/ready").json()["checks"]["workers"]["detail"]
+        assert "ready" in detail
+    assert "made no progress" in (watchful_server.root / "server.log").read_text()
+    assert watchful_server.alive()
