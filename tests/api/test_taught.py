@@ -66,6 +66,15 @@ def taught(server):
     return ready
 
 
+def taught_ready(client, question: dict, examples: list[dict]) -> dict:
+    """Teach ``question`` and wait (up to a minute) for it to be ready."""
+    created = client.post("/v1/questions", json={"question": question, "examples": examples})
+    assert created.status_code == 202, created.text
+    ready = client.get(f"/v1/questions/{created.json()['id']}", params={"wait": 60}).json()
+    assert ready["status"] == "ready", ready
+    return ready
+
+
 def ask(client, questions, state=STATE, **extra):
     response = client.post("/v1/systemone", json={"state": state, "questions": questions,
                                                   **extra})
@@ -184,10 +193,7 @@ def test_a_readout_fitted_on_another_model_file_is_refused(server):
     examples = [{"state": "I paid $20", "answer": "yes"}, {"state": "Hello there", "answer": "no"},
                 {"state": "Refund my $5", "answer": "yes"}, {"state": "Nice day", "answer": "no"}]
     with server.client(ALPHA) as client:
-        created = client.post("/v1/questions", json={"question": question,
-                                                     "examples": examples}).json()
-        ready = client.get(f"/v1/questions/{created['id']}", params={"wait": 60}).json()
-        assert ready["status"] == "ready", ready
+        created = taught_ready(client, question, examples)
         with sqlite3.connect(server.root / "jobs.db") as db:
             db.execute("UPDATE taught_questions SET model_identity = 'sha256:another-file' "
                        "WHERE id = ?", (created["id"],))
@@ -246,10 +252,7 @@ def test_a_deleted_taught_question_stops_answering(server):
     examples = [{"state": "Hello!", "answer": "yes"}, {"state": "Pay now", "answer": "no"},
                 {"state": "Hi there", "answer": "yes"}, {"state": "Send the file", "answer": "no"}]
     with server.client(ALPHA) as client:
-        created = client.post("/v1/questions", json={"question": question,
-                                                     "examples": examples}).json()
-        assert client.get(f"/v1/questions/{created['id']}",
-                          params={"wait": 60}).json()["status"] == "ready"
+        created = taught_ready(client, question, examples)
         assert ask(client, {"g": question}, state="Hey")["g"]["x_taught"] == created["id"]
         deleted = client.delete(f"/v1/questions/{created['id']}")
         assert deleted.json() == {"id": created["id"], "object": "taught_question",

@@ -156,8 +156,8 @@ def test_a_host_that_breaks_the_rule_reads_option_rows_one_by_one(default_engine
     real = reader._read_packed
     calls = []
 
-    def drifting(prefix, rows, first, end, results, before_row):
-        real(prefix, rows, first, end, results, before_row)
+    def drifting(prefix, rows, first, end, results, before_row, hidden):
+        real(prefix, rows, first, end, results, before_row, hidden)
         calls.append(end - first)
         if len(calls) == 1:  # the check's first reading, as a host with other kernels gives it
             results[first] = [value + 1e-6 for value in results[first]]

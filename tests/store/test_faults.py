@@ -186,7 +186,7 @@ def test_a_batch_straddling_the_retention_cutoff_is_kept_whole(db):
 class AnsweringRunner:
     """A runner that is always ready and answers without a model (the loop is under test)."""
 
-    state, problem, pid, serving = "ready", None, 0, True
+    state, problem, pid, serving, stalled = "ready", None, 0, True, None
 
     def start(self) -> None: ...
 
