@@ -50,8 +50,13 @@ def checked_metadata(value: Any) -> dict[str, Any] | None:
     return value
 
 
-def request_hash(body: dict[str, Any], priority: str, metadata: Any) -> str:
-    canonical = json.dumps({"body": body, "priority": priority, "metadata": metadata},
+def request_hash(body: dict[str, Any], priority: str, metadata: Any,
+                 sync_call: bool = False) -> str:
+    """A job's fingerprint: its body, lane and metadata, and whether a sync call made it, so
+    a sync call joins only a sync call's job (never a job someone submitted to poll, which a
+    sync caller who leaves would cancel)."""
+    canonical = json.dumps({"body": body, "priority": priority, "metadata": metadata,
+                            **({"sync": True} if sync_call else {})},
                            sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -73,7 +78,7 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
     plan = ctx.planners[config.name].plan(request)
     kept = with_resolved(ctx, owner=owner, model=config.name, request=request,
                          stored=stored_request(body))
-    fingerprint = request_hash(kept, priority, metadata)
+    fingerprint = request_hash(kept, priority, metadata, sync_call)
     if sync_call and idempotency_key is None:
         joined = jobs.attach_sync_waiter(ctx.db, owner=owner, request_hash=fingerprint,
                                          since=time.time() - SHARE_SYNC_SECONDS)

@@ -110,3 +110,27 @@ def test_identical_sync_calls_in_flight_share_one_job(sharing_server):
     assert len({answer.content for answer in answers}) == 1
     [(_, status, runs)] = jobs_with_state(sharing_server, state)
     assert (status, runs) == ("succeeded", 1)
+
+
+def test_a_sync_call_never_joins_a_job_someone_submitted(sharing_server):
+    """A job made by ``POST /v1/jobs`` is polled by whoever made it: a sync call of the same
+    body whose caller then leaves must not take it over (and have it cancelled)."""
+    state = "Submitted first: my invoice shows the wrong address."
+    body = {"state": state, "questions": QUESTION}
+    with sharing_server.client() as client:
+        busy = BusyWorker(client, 2, "submitted")
+        try:
+            submitted = client.post("/v1/jobs", json={**body, "priority": "foreground"})
+            assert submitted.status_code == 202, submitted.text
+            with httpx.Client(base_url=sharing_server.url, timeout=1.5) as impatient, \
+                    pytest.raises(httpx.ReadTimeout):
+                impatient.post("/v1/systemone", json=body)
+            time.sleep(6)  # past the 3 s after which a left sync call's own job is cancelled
+            kept = client.get(f"/v1/jobs/{submitted.json()['id']}").json()
+            assert kept["status"] in ("queued", "running"), kept
+            statuses = sorted(status for _, status, _ in jobs_with_state(sharing_server, state))
+            assert statuses == ["cancelled", "queued"]  # the sync call made its own job
+        finally:
+            busy.stop()
+        finished = client.get(f"/v1/jobs/{submitted.json()['id']}", params={"wait": 60}).json()
+    assert finished["status"] == "succeeded", finished
