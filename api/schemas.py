@@ -204,7 +204,7 @@ class RequestCounts(BaseModel):
 class BatchSchema(BaseModel):
     id: str
     object: Literal["batch"]
-    status: Literal["in_progress", "cancelling", "completed", "cancelled"]
+    status: Literal["in_progress", "cancelling", "completed", "cancelled", "expired"]
     model: str
     priority: Priority
     request_counts: RequestCounts

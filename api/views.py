@@ -49,6 +49,8 @@ def batch_view(batch: BatchRecord, progress: Progress) -> dict[str, Any]:
     done = progress.finished >= batch.total
     if done:
         status = "cancelled" if batch.cancel_requested else "completed"
+        if counts["expired"] == batch.total:  # nothing was decoded: retention expired it all
+            status = "expired"
     else:
         status = "cancelling" if batch.cancel_requested else "in_progress"
     return {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from sqlalchemy import inspect
@@ -208,3 +209,17 @@ def test_usage_is_summed_by_the_database_per_group(db):
         {"hour": "2024-10-04T00:00Z", "jobs": 1, "rows": 2, "input_tokens": 20},
         {"hour": "2024-10-04T01:00Z", "jobs": 1, "rows": 3, "input_tokens": 30}]
     assert summarize(db, owner="alice", since=0, until=1, group_by=("key",)) == []
+
+
+def test_a_batch_whose_items_all_expired_reads_expired(db):
+    from decide.api.views import batch_view
+    from decide.store import batches
+
+    batch, _ = batches.create_batch(db, owner="alice", model="m", priority="background",
+                                    questions={"r": {"type": "noul"}}, metadata=None,
+                                    items=[("a", "s1"), ("b", "s2")], rows_per_item=1)
+    time.sleep(0.01)
+    jobs.apply_retention(db, cutoff=time.time())  # queued before it: expired, then kept
+    view = batch_view(batches.get_batch(db, batch.id, "alice"), batches.progress(db, batch.id))
+    assert view["status"] == "expired"
+    assert view["request_counts"]["cancelled"] == 2 and view["finished_at"] is not None
