@@ -9,11 +9,13 @@ from fastapi import Depends, Request
 from decide.api.context import ApiContext
 
 
-def context(request: Request) -> ApiContext:
+async def context(request: Request) -> ApiContext:
     return request.app.state.context
 
 
-def owner(request: Request, ctx: Annotated[ApiContext, Depends(context)]) -> str:
+async def owner(request: Request, ctx: Annotated[ApiContext, Depends(context)]) -> str:
+    """The caller's owner: a hash and constant-time compares, on the event loop (a sync
+    dependency would wait for a thread of the pool, which a stalled Redis can fill)."""
     return ctx.auth.owner_of(request)
 
 

@@ -16,7 +16,9 @@ router = APIRouter()
 
 
 @router.get("/health")
-def health() -> dict[str, Any]:
+async def health() -> dict[str, Any]:
+    """Liveness: answered on the event loop, never behind the thread pool, the database or
+    Redis (a stall there must not make a liveness probe restart the front door)."""
     return {"status": "ok"}
 
 

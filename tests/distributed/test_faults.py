@@ -231,3 +231,31 @@ def test_the_delivery_leader_frozen_for_a_minute(cluster_factory):
     assert set(runs.values()) == {1}, runs
     assert cluster.delivery_leader_pids() == [successor.pid]
     assert frozen.poll() is None, cluster.logs()
+
+
+def test_health_answers_at_once_while_redis_stalls_under_foreground_traffic(cluster):
+    """``DEBUG SLEEP`` with 60 foreground calls in flight: they fill the front door's thread
+    pool waiting on Redis; liveness is answered on the event loop and stays fast."""
+    assert cluster.own_redis is not None, "redis-server is needed (.ci/run installs it)"
+    with cluster.client() as client:
+        assert client.get("/health").status_code == 200
+        cluster.own_redis.pause(8)
+        time.sleep(0.2)
+        def call(number: int) -> None:
+            with cluster.client() as caller:
+                caller.post("/v1/systemone", json={"state": f"stalled call {number}",
+                                                   "questions": distinct_nouls(1)})
+
+        callers = [threading.Thread(target=call, args=(i,)) for i in range(60)]
+        for caller in callers:
+            caller.start()
+        slowest = 0.0
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            assert client.get("/health").status_code == 200
+            slowest = max(slowest, time.perf_counter() - started)
+            time.sleep(0.1)
+        for caller in callers:
+            caller.join(timeout=180)
+    assert slowest < 0.1, f"/health took {slowest * 1000:.0f} ms while Redis stalled"
