@@ -221,6 +221,9 @@ def _decode_claimed(job: jobs.JobRecord, *, db: Database,
             status, result, tokens = jobs.SUCCEEDED, decision.to_wire(), decision.input_tokens
             for question_type, count in decision.rows_by_type.items():
                 metrics.rows_total.labels(job.model, question_type).inc(count)
+            for answer in result["answers"].values():
+                if "x_taught" in answer:
+                    metrics.taught_answers.labels(job.model, answer["type"]).inc()
         metrics.input_tokens.labels(job.model).inc(tokens)
     except Cancelled:
         status = jobs.CANCELLED

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sqlite3
 import time
 
@@ -105,6 +106,11 @@ def test_a_matching_question_is_answered_by_it_unless_it_opts_out(server, taught
     assert "x_taught" not in opted_out
     assert automatic["noul"] != opted_out["noul"]
     assert named["x_taught"] == taught["id"]
+    with server.client(ALPHA) as client:
+        scraped = client.get("/metrics").text
+    counted = re.search(r'decide_taught_answers_total\{model="gemma-3-270m",type="noul"\} '
+                        r'([0-9.]+)', scraped)
+    assert counted is not None and float(counted.group(1)) >= 2, scraped[-2000:]
 
 
 def test_a_taught_answer_has_the_same_bits_however_it_is_asked(server, taught):
