@@ -17,7 +17,7 @@ from typing import Any
 from decide.api.context import ApiContext
 from decide.core.errors import FieldError, InvalidRequest, Loc, RequestTooLarge
 from decide.core.protocol import DecisionRequest, is_blank_state, plain_json_problem
-from decide.core.questions import TAUGHT_FIELD, Collector, Question, json_kind, parse_question
+from decide.core.questions import TAUGHT_FIELD, Collector, Question, json_kind
 from decide.core.taught import (
     MAX_EXAMPLES,
     MIN_EXAMPLES,
@@ -26,6 +26,7 @@ from decide.core.taught import (
     answer_index,
     answer_keys,
     match_key,
+    parse_taught_question,
 )
 from decide.llm.catalog import gguf_path
 from decide.llm.hidden import HiddenProjection, HiddenStateUnavailable
@@ -84,20 +85,14 @@ def _check_named(ctx: ApiContext, owner: str, model: str, question: Question) ->
     if record.model != model:
         raise _refuse(loc, f"taught question {question.taught} was taught on model "
                            f"{record.model!r}, and this request asks model {model!r}")
-    taught = stored_question_of(record.question)
+    taught, _ = parse_taught_question(record.question)
+    assert taught is not None  # checked when it was taught
     if taught.type != question.type or sorted(answer_keys(taught)) != sorted(
             answer_keys(question)):
         raise _refuse(loc, f"taught question {question.taught} is a {taught.type} answering "
                            f"{sorted(answer_keys(taught))}; this question is a {question.type} "
                            f"answering {sorted(answer_keys(question))}")
     return record.model_identity
-
-
-def stored_question_of(raw: dict[str, Any]) -> Question:
-    errors = Collector()
-    question = parse_question("question", raw, errors)
-    assert question is not None, errors.errors
-    return question
 
 
 def with_resolved(ctx: ApiContext, *, owner: str, model: str, request: DecisionRequest,
@@ -110,18 +105,17 @@ def with_resolved(ctx: ApiContext, *, owner: str, model: str, request: DecisionR
 
 # A new taught question.
 
-def parse_taught_question(raw: Any) -> Question:
+def checked_question(raw: Any) -> Question:
     """The ``question`` of ``POST /v1/questions``, with errors located at ``question``."""
-    errors = Collector()
     if not isinstance(raw, dict):
         raise _refuse(("question",), "Field required: question must be a question object "
                       f"(type, instructions, criteria), not {json_kind(raw)}",
                       "missing" if raw is None else "dict_type")
-    question = parse_question("question", {**raw, TAUGHT_FIELD: None}, errors)
+    question, errors = parse_taught_question(raw)
     if question is None:
         raise InvalidRequest(errors=[replace(error, loc=error.loc[1:])
                                      for error in errors.errors])
-    return replace(question, taught=False)
+    return question
 
 
 def check_examples(raw: Any, question: Question, *, labelled: int,

@@ -59,36 +59,21 @@ LISTED = tuple(column for column in taught_questions.c
                if column.name not in ("examples", "readout"))
 
 
-def _taught(row: Any, job: Any = None) -> TaughtRecord:
-    values = dict(row._mapping)
-    examples = values.pop("examples", None)
-    for key in ("question", "fit", "error"):
+def _taught(values: dict[str, Any], job_status: str | None = None,
+            job_error: str | None = None) -> TaughtRecord:
+    """A stored row as a record; before its fit is stored, its status is its fit job's."""
+    values = dict(values)
+    for key in ("question", "fit", "error", "readout", "examples"):
         values[key] = None if values.get(key) is None else json.loads(values[key])
-    readout = values.pop("readout", None)
-    values["readout"] = None if readout is None else json.loads(readout)
-    values["examples"] = None if examples is None else json.loads(examples)
     values["from_labels"] = bool(values["from_labels"])
     record = TaughtRecord(**values)
-    return _following_job(record, job)
-
-
-def _following_job(record: TaughtRecord, job: Any) -> TaughtRecord:
-    """Before its fit is stored, a taught question's status is its fit job's."""
-    if record.status in (READY, FAILED) or job is None:
-        return record
-    if job.status == QUEUED:
-        return record
-    if job.status == RUNNING:
-        return _replace(record, status=FITTING)
-    if job.status == SUCCEEDED:  # the fit landed between the two reads
-        return record
-    error = json.loads(job.error) if job.error else {
-        "error_type": "fit_failed", "message": f"the fit job ended {job.status}"}
-    return _replace(record, status=FAILED, error=error)
-
-
-def _replace(record: TaughtRecord, **changes: Any) -> TaughtRecord:
-    return replace(record, **changes)
+    if record.status in (READY, FAILED) or job_status in (None, QUEUED, SUCCEEDED):
+        return record  # succeeded: the fit landed between the two reads
+    if job_status == RUNNING:
+        return replace(record, status=FITTING)
+    error = json.loads(job_error) if job_error else {
+        "error_type": "fit_failed", "message": f"the fit job ended {job_status}"}
+    return replace(record, status=FAILED, error=error)
 
 
 def create_taught(db: Engine, *, owner: str, model: str, match_key: str,
@@ -121,47 +106,34 @@ def get_taught(db: Engine, taught_id: str, owner: str | None = None, *,
                with_examples: bool = False) -> TaughtRecord | None:
     """A taught question (another owner's reads as absent), its status following its job."""
     columns = taught_questions.c if with_examples else LISTED
-    query = select(*columns).where(taught_questions.c.id == taught_id)
+    query = (select(*columns, jobs.c.status.label("job_status"), jobs.c.error.label("job_error"))
+             .select_from(taught_questions.outerjoin(jobs,
+                                                     jobs.c.id == taught_questions.c.job_id))
+             .where(taught_questions.c.id == taught_id))
     if owner is not None:
         query = query.where(taught_questions.c.owner == owner)
     with db.connect() as connection:
         row = connection.execute(query).first()
-        if row is None:
-            return None
-        job = None
-        if row.status not in (READY, FAILED) and row.job_id:
-            job = connection.execute(select(jobs.c.status, jobs.c.error).where(
-                jobs.c.id == row.job_id)).first()
-    return _taught(row, job)
+    return None if row is None else _with_job(row)
 
 
 def list_taught(db: Engine, *, owner: str, limit: int, after: str | None) -> list[TaughtRecord]:
     """An owner's taught questions, newest first (``after``: the previous page's last id)."""
     query = (select(*LISTED, jobs.c.status.label("job_status"), jobs.c.error.label("job_error"))
-             .select_from(taught_questions.outerjoin(jobs, jobs.c.id == taught_questions.c.job_id))
+             .select_from(taught_questions.outerjoin(jobs,
+                                                     jobs.c.id == taught_questions.c.job_id))
              .where(taught_questions.c.owner == owner))
     if after is not None:
         query = query.where(taught_questions.c.id < after)
     query = query.order_by(taught_questions.c.id.desc()).limit(limit)
-    found = []
     with db.connect() as connection:
-        for row in connection.execute(query):
-            values = {key: value for key, value in row._mapping.items()
-                      if key not in ("job_status", "job_error")}
-            job = None if row.job_status is None else _JobStanding(row.job_status, row.job_error)
-            found.append(_taught(_Row(values), job))
-    return found
+        return [_with_job(row) for row in connection.execute(query)]
 
 
-@dataclass(frozen=True)
-class _JobStanding:
-    status: str
-    error: str | None
-
-
-@dataclass(frozen=True)
-class _Row:
-    _mapping: dict[str, Any]
+def _with_job(row: Any) -> TaughtRecord:
+    values = dict(row._mapping)
+    job_status, job_error = values.pop("job_status"), values.pop("job_error")
+    return _taught(values, job_status, job_error)
 
 
 def delete_taught(db: Engine, taught_id: str, owner: str) -> bool:

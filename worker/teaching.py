@@ -18,14 +18,15 @@ from typing import Any, Protocol
 import numpy as np
 
 from decide.core.engine import Decision
-from decide.core.errors import DecideError, InvalidRequest
+from decide.core.errors import DecideError, FieldError, InvalidRequest
 from decide.core.protocol import DecisionRequest
-from decide.core.questions import Collector, Question, ScoreQuestion, parse_question
+from decide.core.questions import Question, ScoreQuestion
 from decide.core.taught import (
     MAX_EXAMPLES,
     TaughtReadout,
     answer_index,
     answer_keys,
+    parse_taught_question,
     zero_shot_by_answer,
 )
 from decide.store import taught as taught_store
@@ -50,13 +51,12 @@ class FitFailed(DecideError):
 
 
 def stored_question(raw: dict[str, Any]) -> Question:
-    """A taught question's stored question object, parsed (the front door checked it), with
-    its own readout forced to zero-shot."""
-    errors = Collector()
-    question = parse_question(QUESTION_ID, {**raw, "x_taught": None}, errors)
+    """A taught question's stored question object, read zero-shot (the front door checked
+    it when it was taught)."""
+    question, errors = parse_taught_question(raw, QUESTION_ID)
     if question is None:
         raise FitFailed(f"the stored question cannot be read: {errors.errors[0].msg}")
-    return replace(question, taught=False)
+    return question
 
 
 def run_fit(db: Database, job: JobRecord, engine: Decides,
@@ -167,8 +167,6 @@ class TaughtReadouts:
                 else:
                     taught[question.id] = readout
         if missing:
-            from decide.core.errors import FieldError
-
             raise InvalidRequest(errors=[FieldError(
                 loc=("questions", question.id, "x_taught"),
                 msg=f"taught question {question.taught} is not ready or no longer exists "

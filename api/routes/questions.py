@@ -19,8 +19,8 @@ from decide.api.taught import (
     check_examples,
     check_label_answers,
     check_readable,
+    checked_question,
     example_rows,
-    parse_taught_question,
 )
 from decide.api.views import timestamp
 from decide.api.waiting import wait_finished
@@ -51,7 +51,7 @@ def _teach(ctx: ApiContext, owner: str, body: Any) -> taught_store.TaughtRecord:
         raise invalid("body", ["model"], f"model must be a string or null, not "
                       f"{json_kind(model)}", "string_type")
     config = ctx.model(model)
-    question = parse_taught_question(body.get("question"))
+    question = checked_question(body.get("question"))
     from_labels = body.get("from_labels", False)
     if not isinstance(from_labels, bool):
         raise invalid("body", ["from_labels"], "from_labels must be true or false", "bool_type")

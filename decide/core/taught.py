@@ -13,11 +13,19 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from decide.core.errors import FieldError, InvalidRequest
-from decide.core.questions import ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
+from decide.core.questions import (
+    TAUGHT_FIELD,
+    ChoiceQuestion,
+    Collector,
+    NoulQuestion,
+    Question,
+    ScoreQuestion,
+    parse_question,
+)
 
 TAUGHT_ID_PREFIX = "tq_"
 SOFTMAX = "softmax"
@@ -32,6 +40,15 @@ MAX_EXAMPLES = 2_000
 ZERO_SHOT_FLOOR = 1e-4
 """A zero-shot probability is read as a feature as ``log(max(p, floor))`` (answers are rounded
 to 4 decimals, so 0 means below this)."""
+
+
+def parse_taught_question(raw: Any, question_id: str = "question") -> tuple[Question | None,
+                                                                            Collector]:
+    """A taught question's question object, read zero-shot (its own ``x_taught`` ignored, as
+    a taught question is never answered by another): the question, or None and the errors."""
+    errors = Collector()
+    question = parse_question(question_id, {**raw, TAUGHT_FIELD: None}, errors)
+    return (None if question is None else replace(question, taught=False)), errors
 
 
 def answer_keys(question: Question) -> list[str]:

@@ -109,3 +109,21 @@ def test_the_zero_shot_answer_is_read_as_features_when_given():
     assert fitted.readout.uses_zero_shot
     assert fitted.figures["features"] == x.shape[1] + 3 and fitted.figures["hidden_size"] == 16
     assert fitted.figures["zero_shot"]["accuracy"] == pytest.approx(12 / 36, abs=1e-4)
+
+
+def test_a_model_whose_hidden_state_cannot_be_read_cannot_be_taught(tmp_path):
+    """``POST /v1/questions`` checks the model first: a 422 at ``model``, naming why."""
+    from types import SimpleNamespace
+
+    from decide.api.taught import check_readable
+    from decide.core.errors import InvalidRequest
+    from decide.llm.catalog import ModelConfig
+
+    path = tmp_path / "headless.gguf"
+    write_gguf(path, {"blk.0.attn_q.weight": np.zeros((4, 4), dtype=np.float32)})
+    config = ModelConfig(name="headless", path=path)
+    ctx = SimpleNamespace(catalog=SimpleNamespace(get=lambda name: config), settings=None)
+    with pytest.raises(InvalidRequest, match="cannot be taught") as refused:
+        check_readable(ctx, "headless")
+    assert refused.value.errors[0].loc == ("model",)
+    assert "no output head" in refused.value.errors[0].msg
