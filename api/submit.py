@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +80,7 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
     fingerprint = request_hash(kept, priority, metadata, sync_call)
     if sync_call and idempotency_key is None:
         joined = jobs.attach_sync_waiter(ctx.db, owner=owner, request_hash=fingerprint,
-                                         since=time.time() - SHARE_SYNC_SECONDS)
+                                         within=SHARE_SYNC_SECONDS)
         if joined is not None:
             return Accepted(job=joined, created=False)
     rate = None

@@ -17,7 +17,13 @@ from typing import Any
 from decide.api.context import ApiContext
 from decide.core.errors import FieldError, InvalidRequest, Loc, RequestTooLarge
 from decide.core.protocol import DecisionRequest, is_blank_state, plain_json_problem
-from decide.core.questions import TAUGHT_FIELD, Collector, Question, json_kind
+from decide.core.questions import (
+    TAUGHT_FIELD,
+    Collector,
+    Question,
+    canonical_questions,
+    json_kind,
+)
 from decide.core.taught import (
     MAX_EXAMPLES,
     MIN_EXAMPLES,
@@ -41,14 +47,14 @@ def _refuse(loc: Loc, msg: str, kind: str = "value_error") -> InvalidRequest:
 def resolve_taught(ctx: ApiContext, *, owner: str, model: str,
                    questions: tuple[Question, ...],
                    stored_questions: dict[str, Any]) -> dict[str, Any]:
-    """The stored questions with ``x_taught`` set wherever a ready taught question of the
-    caller answers. A named one that is not the caller's ready taught question of this model
-    and answers, or a taught question fitted on another file of the model, is a 422 at the
-    question's ``x_taught``."""
+    """The stored questions (``canonical_questions``) with ``x_taught`` set wherever a ready
+    taught question of the caller answers. A named one that is not the caller's ready taught
+    question of this model and answers, or a taught question fitted on another file of the
+    model, is a 422 at the question's ``x_taught``."""
     keys = {question.id: match_key(model, question) for question in questions
             if question.taught is None}
     matches = taught_store.ready_matches(ctx.db, owner=owner, match_keys=list(keys.values()))
-    resolved = dict(stored_questions)
+    resolved = canonical_questions(stored_questions)
     for question in questions:
         loc = ("questions", question.id, TAUGHT_FIELD)
         if isinstance(question.taught, str):
@@ -57,7 +63,7 @@ def resolve_taught(ctx: ApiContext, *, owner: str, model: str,
         elif question.id in keys and keys[question.id] in matches:
             chosen, identity = matches[keys[question.id]]
             _check_identity(ctx, model, chosen, identity, loc)
-            resolved[question.id] = {**stored_questions[question.id], TAUGHT_FIELD: chosen}
+            resolved[question.id] = {**resolved[question.id], TAUGHT_FIELD: chosen}
     return resolved
 
 

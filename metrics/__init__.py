@@ -12,7 +12,6 @@ processes on one host), prometheus_client's multiprocess mode merges the process
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 
 from prometheus_client import (
@@ -63,7 +62,8 @@ EXPORTED = ("decide_http_requests_total", "decide_http_request_duration_seconds"
 
 
 LaneFigures = dict[tuple[str, str], tuple[int, float | None]]
-"""(model, priority) -> (jobs queued, created_at of the oldest queued job or None)."""
+"""(model, priority) -> (jobs queued, age in seconds of the oldest queued job, by the
+database's clock, or None)."""
 
 
 class LaneCollector(Collector):
@@ -78,7 +78,6 @@ class LaneCollector(Collector):
         self._live_workers = live_workers
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        now = time.time()
         lanes = self._queued_lanes()
         depth = GaugeMetricFamily("decide_queue_depth", "Jobs queued per lane",
                                   labels=["model", "priority"])
@@ -90,7 +89,7 @@ class LaneCollector(Collector):
             for priority in PRIORITIES:
                 count, oldest = lanes.get((model, priority), (0, None))
                 depth.add_metric([model, priority], count)
-                age.add_metric([model, priority], 0.0 if oldest is None else now - oldest)
+                age.add_metric([model, priority], 0.0 if oldest is None else oldest)
         workers = GaugeMetricFamily("decide_workers", "Live workers per model",
                                     labels=["model"])
         alive = self._live_workers()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, func, select, update
 
+from decide.store.clock import read_database_now
 from decide.store.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, STATUSES, new_id
 from decide.store.tables import batches, jobs
 
@@ -62,7 +62,7 @@ def create_batch(db: Engine, *, owner: str, model: str, priority: str,
 
     A batch item's job keeps only its state; the questions are stored once on the batch.
     """
-    now = time.time()
+    now = read_database_now(db)
     batch_id = new_id("batch")
     job_ids = [new_id("job") for _ in items]
     with db.begin() as connection:
@@ -129,7 +129,7 @@ def cancel_batch(db: Engine, batch_id: str, owner: str) -> Cancelling:
     """Queued items are cancelled at once; running ones stop before their next row (their ids
     are returned, for the workers to be told). A batch whose items have all finished is left
     as it is, ``completed`` with its counts, as a finished job is."""
-    now = time.time()
+    now = read_database_now(db)
     unfinished = (select(jobs.c.id).where(jobs.c.batch_id == batch_id,
                                           jobs.c.status.in_((QUEUED, RUNNING))).exists())
     with db.begin() as connection:

@@ -2,19 +2,23 @@
 
 Liveness compares a worker's last heartbeat with "now". Taken from each process's own clock,
 a worker whose clock runs 30 s behind looks dead while it works, and its job is decoded twice;
-so heartbeats are stamped, and compared, with the one clock every process shares.
+a leader whose clock runs 2 h ahead expires the whole queue and bills its decodes in the
+future. So every time that is compared or billed is stamped, and compared, with the one clock
+every process shares.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, Float, cast, func, select
+from sqlalchemy import Connection, Engine, Float, cast, func, select
 from sqlalchemy.sql.elements import ColumnElement
 
 _UNIX_EPOCH_JULIAN_DAY = 2440587.5
 
 
-def database_now(db: Engine) -> ColumnElement[float]:
-    """Now, as the database sees it (PostgreSQL's clock_timestamp, SQLite's julianday)."""
+def database_now(db: Engine | Connection) -> ColumnElement[float]:
+    """Now, as the database sees it (PostgreSQL's clock_timestamp, SQLite's julianday): the
+    one clock for every time that is compared or billed (created, started, finished, usage,
+    retention, liveness), whichever process writes it."""
     if db.dialect.name == "postgresql":
         return cast(func.extract("epoch", func.clock_timestamp()), Float)
     return (func.julianday("now") - _UNIX_EPOCH_JULIAN_DAY) * 86400.0

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine, func, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from decide.core.protocol import PRIORITIES
-from decide.store.clock import database_now
+from decide.store.clock import database_now, read_database_now
 from decide.store.tables import batches, jobs, usage, workers
 
 QUEUED, RUNNING = "queued", "running"
@@ -130,7 +130,7 @@ def create_job(db: Engine, *, owner: str, model: str, priority: str, request: di
               "status": QUEUED, "request": _dumps(request), "metadata": _dumps(metadata),
               "rows": rows, "input_tokens": input_tokens, "idempotency_key": idempotency_key,
               "request_hash": request_hash, "cancel_requested": False, "decode_runs": 0,
-              "created_at": time.time(), "sync_waiters": sync_waiters, "kind": kind}
+              "created_at": database_now(db), "sync_waiters": sync_waiters, "kind": kind}
     try:
         with db.begin() as connection:
             row = connection.execute(jobs.insert().values(**values)
@@ -150,14 +150,14 @@ def _same_body(earlier: JobRecord, request_hash: str | None) -> JobRecord:
 
 
 def attach_sync_waiter(db: Engine, *, owner: str, request_hash: str,
-                       since: float) -> JobRecord | None:
-    """An identical sync call from the same owner, created since ``since``, still queued or
-    running: one more caller waits on it (a client that retried after its own timeout), and it
-    is returned instead of a new job being made."""
+                       within: float) -> JobRecord | None:
+    """An identical sync call from the same owner, created in the last ``within`` seconds (by
+    the database's clock), still queued or running: one more caller waits on it (a client that
+    retried after its own timeout), and it is returned instead of a new job being made."""
     same = (select(jobs.c.id).where(
         jobs.c.owner == owner, jobs.c.request_hash == request_hash,
         jobs.c.status.in_((QUEUED, RUNNING)), jobs.c.batch_id.is_(None),
-        jobs.c.idempotency_key.is_(None), jobs.c.created_at >= since)
+        jobs.c.idempotency_key.is_(None), jobs.c.created_at >= database_now(db) - within)
         .order_by(jobs.c.created_at.desc()).limit(1).scalar_subquery())
     with db.begin() as connection:
         row = connection.execute(
@@ -180,7 +180,7 @@ def cancel_unwaited(db: Engine, job_id: str) -> bool:
         return connection.execute(
             update(jobs).where(jobs.c.id == job_id, jobs.c.status == QUEUED,
                                jobs.c.sync_waiters == 0)
-            .values(status=CANCELLED, finished_at=time.time(), cancel_requested=True)
+            .values(status=CANCELLED, finished_at=database_now(db), cancel_requested=True)
         ).rowcount == 1
 
 
@@ -263,7 +263,7 @@ def _claim(db: Engine, job_id: str, worker_id: str | None) -> JobRecord | None:
         connection = connection.execution_options(isolation_level="AUTOCOMMIT")
         row = connection.execute(
             update(jobs).where(jobs.c.id == job_id, jobs.c.status == QUEUED)
-            .values(status=RUNNING, started_at=time.time(), worker_id=worker_id,
+            .values(status=RUNNING, started_at=database_now(db), worker_id=worker_id,
                     decode_runs=jobs.c.decode_runs + 1)
             .returning(*jobs.c)).first()
     return None if row is None else _record(row)
@@ -285,7 +285,7 @@ def _finish(db: Engine, job: JobRecord, status: str, result: dict[str, Any] | No
             input_tokens: int | None) -> bool:
     assert status in FINISHED
     values: dict[str, Any] = {"status": status, "result": _dumps(result),
-                              "error": _dumps(error), "finished_at": time.time(),
+                              "error": _dumps(error), "finished_at": database_now(db),
                               "decode_ms": decode_ms}
     if input_tokens is not None:
         values["input_tokens"] = input_tokens
@@ -298,11 +298,12 @@ def _finish(db: Engine, job: JobRecord, status: str, result: dict[str, Any] | No
     if db.dialect.name == "postgresql":
         return _finish_with_usage_in_one_statement(db, finishing)
     with db.begin() as connection:
-        if connection.execute(finishing).rowcount != 1:
+        finished_at = connection.execute(finishing.returning(jobs.c.finished_at)).scalar()
+        if finished_at is None:
             return False
         connection.execute(usage.insert().values(
             job_id=job.id, owner=job.owner, model=job.model,
-            finished_at=values["finished_at"], rows=job.rows,
+            finished_at=finished_at, rows=job.rows,
             input_tokens=job.input_tokens if input_tokens is None else input_tokens))
     return True
 
@@ -323,16 +324,18 @@ def _finish_with_usage_in_one_statement(db: Engine, finishing: Any) -> bool:
 
 
 def full_request(db: Engine, job: JobRecord) -> dict[str, Any]:
-    """The System One body of a job; a batch item's questions live once on its batch."""
+    """The System One body of a job; a batch item's questions live once on its batch (a
+    worker decoding many items parses them once: ``worker.execute``)."""
     if job.batch_id is None:
         return job.request
     return {"model": job.model, "state": job.request["state"],
-            "questions": json.loads(_batch_questions(db, job.batch_id))}
+            "questions": json.loads(batch_questions(db, job.batch_id))}
 
 
 @functools.lru_cache(maxsize=64)
-def _batch_questions(db: Engine, batch_id: str) -> str:
-    """A batch's questions never change: read once per worker, not once per item."""
+def batch_questions(db: Engine, batch_id: str) -> str:
+    """A batch's questions (JSON text) never change: read once per worker, not once per
+    item."""
     def read() -> str:
         with db.connect() as connection:
             return connection.execute(select(batches.c.questions).where(
@@ -418,7 +421,7 @@ def _fail_crashed(connection: Connection, where: tuple[Any, ...], max_attempts: 
         error = _dumps(crashed_error(attempts, max_attempts, cause))
         failed += connection.execute(
             update(jobs).where(*where, jobs.c.decode_runs == attempts)
-            .values(status=FAILED, error=error, finished_at=time.time())
+            .values(status=FAILED, error=error, finished_at=database_now(connection))
             .returning(jobs.c.id)).scalars().all()
     return failed
 
@@ -486,7 +489,7 @@ def unclaim(db: Engine, job_id: str, *, worker_id: str | None = None,
 
 def cancel_job(db: Engine, job_id: str, owner: str) -> JobRecord | None:
     """A queued job is cancelled at once; a running one is asked to stop before its next row."""
-    now = time.time()
+    now = database_now(db)
     with db.begin() as connection:
         connection.execute(
             update(jobs).where(jobs.c.id == job_id, jobs.c.owner == owner,
@@ -563,6 +566,12 @@ def owner_queued_rows(db: Engine, *, owner: str) -> dict[str, int]:
     return {priority: int(total or 0) for priority, total in rows}
 
 
+def retention_cutoff(db: Engine, retention_seconds: float) -> float:
+    """``retention_seconds`` ago by the database's clock: a worker whose own clock runs hours
+    ahead must not expire the queue, nor one running behind keep what should go."""
+    return read_database_now(db) - retention_seconds
+
+
 def apply_retention(db: Engine, cutoff: float) -> int:
     """Retention: jobs still queued since before ``cutoff`` expire; finished jobs older than it
     are deleted. A batch goes whole or not at all: its items only once every one of them
@@ -571,7 +580,7 @@ def apply_retention(db: Engine, cutoff: float) -> int:
     with db.begin() as connection:
         connection.execute(update(jobs).where(jobs.c.status == QUEUED,
                                               jobs.c.created_at < cutoff)
-                           .values(status=EXPIRED, finished_at=time.time()))
+                           .values(status=EXPIRED, finished_at=database_now(db)))
         purged = connection.execute(jobs.delete().where(
             jobs.c.status.in_(FINISHED), jobs.c.finished_at < cutoff,
             jobs.c.batch_id.is_(None))).rowcount

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sqlalchemy import Engine, func, select
 
 from decide.core.protocol import PRIORITIES
+from decide.store.clock import database_now, read_database_now
 from decide.store.jobs import QUEUED, RUNNING
 from decide.store.tables import jobs, usage
 from decide.store.workers import live_counts
@@ -19,7 +19,7 @@ def lane_status(db: Engine, models: list[str], default: str,
                 owner: str | None = None) -> list[dict[str, Any]]:
     """Every key's jobs, or with ``owner`` only that key's (the live workers are shown to
     all: they are the service's, not a tenant's)."""
-    now = time.time()
+    now = read_database_now(db)
     job_scope = () if owner is None else (jobs.c.owner == owner,)
     usage_scope = () if owner is None else (usage.c.owner == owner,)
     with db.connect() as connection:
@@ -56,9 +56,12 @@ def lane_status(db: Engine, models: list[str], default: str,
 
 
 def queued_lanes(db: Engine) -> dict[tuple[str, str], tuple[int, float | None]]:
-    """(model, priority) -> (jobs queued, created_at of the oldest), for the metrics' scrape."""
+    """(model, priority) -> (jobs queued, age in seconds of the oldest by the database's
+    clock), for the metrics' scrape."""
+    oldest_age = database_now(db) - func.min(jobs.c.created_at)
     with db.connect() as connection:
         rows = connection.execute(
-            select(jobs.c.model, jobs.c.priority, func.count(), func.min(jobs.c.created_at))
+            select(jobs.c.model, jobs.c.priority, func.count(), oldest_age)
             .where(jobs.c.status == QUEUED).group_by(jobs.c.model, jobs.c.priority)).all()
-    return {(model, priority): (count, oldest) for model, priority, count, oldest in rows}
+    return {(model, priority): (count, None if age is None else max(0.0, float(age)))
+            for model, priority, count, age in rows}

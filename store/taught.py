@@ -10,13 +10,13 @@ the job ended any other way (a worker that kept crashing, a cancel, retention).
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from decide.store.clock import database_now, read_database_now
 from decide.store.jobs import (
     FIT,
     QUEUED,
@@ -82,7 +82,7 @@ def create_taught(db: Engine, *, owner: str, model: str, match_key: str,
                   ) -> tuple[TaughtRecord, JobRecord]:
     """A queued taught question and its fit job, in one transaction."""
     taught_id = new_id("tq")
-    now = time.time()
+    now = read_database_now(db)
     job_values = {"id": new_id("job"), "owner": owner, "model": model, "priority": "background",
                   "status": QUEUED, "request": json.dumps({"model": model, TEACH_FIELD: taught_id}),
                   "metadata": None, "rows": rows, "input_tokens": input_tokens,
@@ -147,7 +147,7 @@ def delete_taught(db: Engine, taught_id: str, owner: str) -> bool:
         if row.job_id:
             connection.execute(update(jobs).where(jobs.c.id == row.job_id,
                                                   jobs.c.status == QUEUED)
-                               .values(status="cancelled", finished_at=time.time(),
+                               .values(status="cancelled", finished_at=database_now(db),
                                        cancel_requested=True))
     return True
 
@@ -157,7 +157,7 @@ def finish_fit(db: Engine, taught_id: str, *, readout: dict[str, Any] | None,
                error: dict[str, Any] | None) -> bool:
     """Store a fit's outcome: ``ready`` with its readout, or ``failed`` with its reason.
     False when the taught question was deleted meanwhile."""
-    values = {"status": READY if error is None else FAILED, "finished_at": time.time(),
+    values = {"status": READY if error is None else FAILED, "finished_at": database_now(db),
               "readout": None if readout is None else json.dumps(readout),
               "fit": None if fit is None else json.dumps(fit),
               "model_identity": model_identity,
@@ -198,7 +198,7 @@ def save_labels(db: Engine, *, job_id: str, owner: str,
                 labels: dict[str, tuple[str, Any]]) -> None:
     """Record (or replace) the right answers of a past decision: question key → (match key,
     answer)."""
-    now = time.time()
+    now = read_database_now(db)
     rows = [{"job_id": job_id, "question_key": key, "owner": owner, "match_key": match,
              "answer": json.dumps(answer), "created_at": now}
             for key, (match, answer) in labels.items()]

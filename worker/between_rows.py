@@ -45,9 +45,10 @@ class ForegroundFirst(Generic[T]):
 
 
 class Retention:
-    """``store.jobs.apply_retention`` with the cutoff ``retention_days`` ago, at most every
-    ``PURGE_EVERY_SECONDS`` (the first call applies it). A round that fails is not retried
-    before the next one is due; the caller decides what a failure means."""
+    """``store.jobs.apply_retention`` with the cutoff ``retention_days`` ago by the database's
+    clock, at most every ``PURGE_EVERY_SECONDS`` (the first call applies it). A round that
+    fails is not retried before the next one is due; the caller decides what a failure
+    means."""
 
     def __init__(self, db: Database, retention_days: float) -> None:
         self._db = db
@@ -59,4 +60,4 @@ class Retention:
         if now - self._last < PURGE_EVERY_SECONDS:
             return
         self._last = now
-        jobs.apply_retention(self._db, time.time() - self._retention_seconds)
+        jobs.apply_retention(self._db, jobs.retention_cutoff(self._db, self._retention_seconds))

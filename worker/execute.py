@@ -6,7 +6,9 @@ and reads everything else from the database, the source of truth.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 import logging
 import threading
 import time
@@ -17,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 from decide import metrics
 from decide.core.engine import Decision
 from decide.core.errors import DecideError
-from decide.core.protocol import parse_request
+from decide.core.protocol import DecisionRequest, parse_request
 from decide.store import jobs
 from decide.store.db import DATABASE_AWAY, Database
 from decide.worker.runner_client import RunnerCrashed, RunnerUnavailable
@@ -54,6 +56,23 @@ def until_stored(operation: Callable[[], T], what: str) -> T | None:
                           "once this worker's heartbeats stop", what)
                 return None
     return None
+
+
+def decision_request(db: Database, job: jobs.JobRecord) -> DecisionRequest:
+    """The claimed job's request, parsed (the front door judged it already). A batch item is
+    its state under the batch's question set, parsed once per worker and batch."""
+    if job.batch_id is None:
+        return parse_request(job.request, blank_state_ok=True)
+    assert job.request is not None
+    return replace(_batch_template(db, job.batch_id, job.model), state=job.request["state"])
+
+
+@functools.lru_cache(maxsize=16)
+def _batch_template(db: Database, batch_id: str, model: str) -> DecisionRequest:
+    """A batch's question set never changes: parsed on its first item, not on every one."""
+    questions = json.loads(jobs.batch_questions(db, batch_id))
+    return parse_request({"model": model, "state": "", "questions": questions},
+                         blank_state_ok=True)
 
 
 _readouts: dict[int, TaughtReadouts] = {}
@@ -207,15 +226,17 @@ def _decode_claimed(job: jobs.JobRecord, *, db: Database,
     metrics.queue_wait.labels(job.model, job.priority).observe(
         max(0.0, (job.started_at or job.created_at) - job.created_at))
     try:
-        stored = until_stored(lambda: jobs.full_request(db, job), f"reading job {job_id}")
-        if stored is None:
-            raise Leaving
         if job.kind == jobs.FIT:
+            stored = until_stored(lambda: jobs.full_request(db, job), f"reading job {job_id}")
+            if stored is None:
+                raise Leaving
             result, tokens = run_fit(db, replace(job, request=stored), engine_for(job.model),
                                      before_row)
             status = jobs.SUCCEEDED
         else:
-            request = parse_request(stored, blank_state_ok=True)  # the front door judged it
+            request = until_stored(lambda: decision_request(db, job), f"reading job {job_id}")
+            if request is None:
+                raise Leaving
             request = readouts_for(db).attach(request, job.owner)
             decision = engine_for(job.model).decide(request, before_row)
             status, result, tokens = jobs.SUCCEEDED, decision.to_wire(), decision.input_tokens

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -12,6 +11,7 @@ from fastapi import APIRouter, Query
 from decide.api.errors import invalid
 from decide.api.routes.deps import Context, Owner
 from decide.api.views import timestamp
+from decide.store.clock import read_database_now
 from decide.store.usage import GROUPS, summarize
 
 router = APIRouter()
@@ -47,7 +47,7 @@ def read_usage(ctx: Context, owner: Owner,
     if not groups or any(group not in GROUPS for group in groups):
         raise invalid("query", ["group_by"], f"group_by is a comma list of {', '.join(GROUPS)}")
     start = _moment(since, "since", 0.0)
-    end = _moment(until, "until", time.time() + 1)
+    end = _moment(until, "until", read_database_now(ctx.db) + 1)  # usage is dated by it
     return {"object": "usage", "since": timestamp(start), "until": timestamp(end),
             "group_by": list(groups),
             "data": summarize(ctx.db, owner=owner, since=start, until=end, group_by=groups)}

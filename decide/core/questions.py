@@ -19,6 +19,14 @@ MIN_LEVELS, MAX_LEVELS = 2, 10
 NOUL_QUESTION = "Which answer fits the context?"
 TAUGHT_FIELD = "x_taught"
 """A question's own choice of readout: a taught question's id, or false for zero-shot."""
+QUESTION_FIELDS = ("type", "instructions", "criteria", "isolated", TAUGHT_FIELD)
+"""What a question is made of; any other key of a question object is ignored, and not stored."""
+MAX_ID_CHARS = 256
+"""A question id (and a batch item's ``custom_id``) is addressing only: at most this long."""
+MAX_DESCRIPTION_BYTES = 32 * 1024
+"""An option description or a noul ``criteria`` text, rendered, at most this many bytes. Some
+readouts never put them in a row (the option readout reads option names only), so the row
+limits alone would not bound what is stored and read again for every job."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +144,10 @@ def parse_question(question_id: str, body: Any, errors: Collector) -> Question |
     if question_id == "":
         errors.add(loc, "a question id must be a non-empty string")
         return None
+    if len(question_id) > MAX_ID_CHARS:
+        errors.add(loc, f"a question id must be at most {MAX_ID_CHARS} characters; this one "
+                        f"has {len(question_id):,}", "string_too_long")
+        return None
     if not isinstance(body, dict):
         errors.add(loc, f"a question must be an object, not {json_kind(body)}", "dict_type")
         return None
@@ -223,10 +235,36 @@ def _parse_options(raw: Any, loc: Loc, errors: Collector) -> tuple[Option, ...] 
         seen.add(name)
         text = None
         if description is not None:
-            text = errors.text(description, name_loc, "an option description")
+            text = _description(errors, description, name_loc, "an option description")
             ok = ok and text is not None
         options.append(Option(name=name, description=text))
     return tuple(options) if ok else None
+
+
+def _description(errors: Collector, value: Any, loc: Loc, what: str) -> str | None:
+    """A description rendered to text, within ``MAX_DESCRIPTION_BYTES``."""
+    text = errors.text(value, loc, what)
+    if text is not None and len(text) > MAX_DESCRIPTION_BYTES // 4:
+        size = len(text.encode())
+        if size > MAX_DESCRIPTION_BYTES:
+            errors.add(loc, f"{what} must be at most {MAX_DESCRIPTION_BYTES // 1024} KiB as "
+                            f"text; it is {size:,} bytes", "string_too_long")
+            return None
+    return text
+
+
+def canonical_questions(raw: dict[str, Any]) -> dict[str, Any]:
+    """A valid ``questions`` object as it is stored: each question's own fields only
+    (``QUESTION_FIELDS``; a noul's criteria only ``true`` and ``false``), values as sent. A
+    key the service does not read is neither stored nor read again by every worker."""
+    canonical = {}
+    for question_id, body in raw.items():
+        kept = {key: body[key] for key in QUESTION_FIELDS if key in body}
+        if body.get("type") == "noul" and isinstance(kept.get("criteria"), dict):
+            kept["criteria"] = {key: value for key, value in kept["criteria"].items()
+                                if key in ("true", "false")}
+        canonical[question_id] = kept
+    return canonical
 
 
 def _parse_noul(question_id: str, body: dict, instructions: str | None,
@@ -244,11 +282,11 @@ def _parse_noul(question_id: str, body: dict, instructions: str | None,
             errors.add((*loc, "criteria", key), "noul criteria may only have the keys "
                        "'true' and 'false'", "extra_forbidden")
         if criteria.get("true") is not None:
-            when_true = errors.text(criteria["true"], (*loc, "criteria", "true"),
-                                    "criteria.true")
+            when_true = _description(errors, criteria["true"], (*loc, "criteria", "true"),
+                                     "criteria.true")
         if criteria.get("false") is not None:
-            when_false = errors.text(criteria["false"], (*loc, "criteria", "false"),
-                                     "criteria.false")
+            when_false = _description(errors, criteria["false"], (*loc, "criteria", "false"),
+                                      "criteria.false")
         if unknown:
             return None
     if instructions is None and when_true is None and when_false is None:
