@@ -57,10 +57,13 @@ def retry_after_draining(excess_rows: int) -> int:
 
 
 class Quotas:
-    def __init__(self, settings: Settings, storage_uri: str = "memory://") -> None:
+    def __init__(self, settings: Settings, storage_uri: str = "memory://",
+                 **storage_options: object) -> None:
+        """``storage_options``: for the window's Redis client (its timeouts, ``launch``)."""
         self._settings = settings
         self._per_minute = RateLimitItemPerMinute(settings.key_rows_per_minute)
-        self._limiter = SlidingWindowCounterRateLimiter(storage_from_string(storage_uri))
+        self._limiter = SlidingWindowCounterRateLimiter(
+            storage_from_string(storage_uri, **storage_options))
 
     def check_backlog(self, db: Database, *, owner: str, priority: str, rows: int) -> None:
         """429 when queuing ``rows`` more would put the key past its queued-row limits."""

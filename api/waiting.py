@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
 
 from decide.api.context import ApiContext
 from decide.store import jobs
 from decide.store.db import DATABASE_AWAY
+from decide.transport.events import JobEvents
 
 POLL_SECONDS = 0.5
 """How often a waiter re-reads the database while finishes are not announced."""
@@ -17,6 +22,10 @@ TRUSTED_POLL_SECONDS = (3.0, 10.0)
 """While they are (``JobEvents.trusted``), the finish wakes the waiter; it re-reads after
 these pauses, then every last one, only for what no worker announces (a cancel made through
 another front door, an expiry, an announcement lost in a broker that stalled)."""
+SHARED_READ_SECONDS = 0.25
+"""A waiter's own re-read takes another waiter's read of the same job when that one started at
+most this long ago: however many wait on one job, it is read at most 4 times a second by them
+(400 long polls would otherwise read it 800 times a second while Redis is away)."""
 
 
 def _pause(events_trusted: bool, reads: int) -> float:
@@ -25,23 +34,76 @@ def _pause(events_trusted: bool, reads: int) -> float:
     return TRUSTED_POLL_SECONDS[min(reads, len(TRUSTED_POLL_SECONDS)) - 1]
 
 
+@dataclass
+class _Read:
+    started: float
+    result: asyncio.Future[jobs.JobRecord | None]
+
+
+class SharedReads:
+    """The latest read of each waited-on job, per owner, for its waiters to share. A waiter
+    names how fresh a read it needs (``not_before``, loop time): one started since then, done
+    or in flight, is shared; otherwise it reads. A read is forgotten with its last waiter."""
+
+    def __init__(self) -> None:
+        self._latest: dict[tuple[str, str], _Read] = {}
+        self._waiters: Counter[tuple[str, str]] = Counter()
+
+    @contextlib.contextmanager
+    def waiting(self, job_id: str, owner: str) -> Iterator[None]:
+        key = (job_id, owner)
+        self._waiters[key] += 1
+        try:
+            yield
+        finally:
+            self._waiters[key] -= 1
+            if not self._waiters[key]:
+                del self._waiters[key]
+                self._latest.pop(key, None)
+
+    async def read(self, ctx: ApiContext, job_id: str, owner: str,
+                   not_before: float) -> jobs.JobRecord | None:
+        key = (job_id, owner)
+        latest = self._latest.get(key)
+        if latest is None or latest.started < not_before:
+            loop = asyncio.get_running_loop()
+            latest = _Read(loop.time(), asyncio.ensure_future(
+                run_in_threadpool(jobs.get_job, ctx.db, job_id, owner)))
+            self._latest[key] = latest
+        # shielded: a waiter that leaves (its caller hung up) does not end the others' read
+        return await asyncio.shield(latest.result)
+
+
+_Loops = weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SharedReads]
+_shared: weakref.WeakKeyDictionary[JobEvents, _Loops] = weakref.WeakKeyDictionary()
+
+
+def shared_reads(ctx: ApiContext) -> SharedReads:
+    """The front door's shared reads (one per app, kept beside its events, per event loop)."""
+    per_loop = _shared.setdefault(ctx.events, weakref.WeakKeyDictionary())
+    return per_loop.setdefault(asyncio.get_running_loop(), SharedReads())
+
+
 async def wait_finished(ctx: ApiContext, job_id: str, owner: str,
                         timeout: float) -> jobs.JobRecord | None:
     """The job once finished, or as it stands after ``timeout`` seconds (None if not ours).
 
     A database that is away for a moment (restarting) does not end the wait: the job is read
-    again at the next poll, and at the deadline it is as last read."""
+    again at the next poll, and at the deadline it is as last read. The first read, and each
+    after a wake-up, is one started since; a re-read on a timer may be another waiter's."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    reads = shared_reads(ctx)
     job: jobs.JobRecord | None = None
     read_once = False
-    reads = 0
-    with ctx.events.subscription(job_id) as finished:
+    count = 0
+    with ctx.events.subscription(job_id) as finished, reads.waiting(job_id, owner):
+        fresh_since = loop.time()  # a read from before the subscription might miss the finish
         while True:
             finished.clear()
-            reads += 1
+            count += 1
             try:
-                job = await run_in_threadpool(jobs.get_job, ctx.db, job_id, owner)
+                job = await reads.read(ctx, job_id, owner, fresh_since)
                 read_once = True
             except DATABASE_AWAY:
                 if not read_once and loop.time() >= deadline:
@@ -49,6 +111,9 @@ async def wait_finished(ctx: ApiContext, job_id: str, owner: str,
             remaining = deadline - loop.time()
             if (read_once and (job is None or job.finished)) or remaining <= 0:
                 return job
-            pause = _pause(ctx.events.trusted and read_once, reads)
-            with contextlib.suppress(TimeoutError):
+            pause = _pause(ctx.events.trusted and read_once, count)
+            try:
                 await asyncio.wait_for(finished.wait(), min(remaining, pause))
+                fresh_since = loop.time()  # woken: only a read from now on will do
+            except TimeoutError:
+                fresh_since = loop.time() - SHARED_READ_SECONDS

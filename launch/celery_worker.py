@@ -61,7 +61,7 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
             metrics_port = None
     # no ping before each use: claims and finishes retry once on a dropped connection instead
     db = make_engine(settings.resolved_database_url, ping_on_checkout=False)
-    broker = Broker(settings.broker_url)
+    broker = Broker(settings.broker_url, consumer=True)
     worker_id = new_worker_id(config.name)
 
     def engine_for(model: str):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -24,8 +25,10 @@ from decide.transport.queue import JobQueue
 
 
 def api_context(settings: Settings, db: Database, catalog: Catalog, queue: JobQueue,
-                events: JobEvents) -> ApiContext:
-    """Every model's vocabulary (for the limits), the keys and the metrics, around a transport."""
+                events: JobEvents, quota_storage: dict[str, Any] | None = None) -> ApiContext:
+    """Every model's vocabulary (for the limits), the keys and the metrics, around a transport.
+    ``quota_storage``: options of the per-minute window's Redis client (the broker's timeouts
+    and breaker, so a stalled Redis skips the window at once)."""
     planners = {name: load_planner(config, settings).engine
                 for name, config in catalog.models.items()}
     return ApiContext(settings=settings, db=db, catalog=catalog, planners=planners,
@@ -34,7 +37,8 @@ def api_context(settings: Settings, db: Database, catalog: Catalog, queue: JobQu
                       metrics=Exposition(LaneCollector(
                           list(catalog.models), queued_lanes=lambda: queued_lanes(db),
                           live_workers=lambda: live_counts(db))),
-                      quotas=Quotas(settings, settings.broker_url or "memory://"),
+                      quotas=Quotas(settings, settings.broker_url or "memory://",
+                                    **(quota_storage or {})),
                       backlog=LaneBacklog(db))
 
 

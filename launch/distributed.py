@@ -26,5 +26,8 @@ def build_distributed(settings: Settings) -> FastAPI:
     listener = ChannelListener(settings.broker_url, FINISHED_CHANNEL, events.publish,
                                on_connection=events.connected)
     listener.start()
-    queue = CeleryQueue(db=db, broker=Broker(settings.broker_url), models=list(catalog.models))
-    return app_for(api_context(settings, db, catalog, queue, events), listener.stop)
+    broker = Broker(settings.broker_url)
+    queue = CeleryQueue(db=db, broker=broker, models=list(catalog.models))
+    context = api_context(settings, db, catalog, queue, events,
+                          quota_storage=broker.client_options())
+    return app_for(context, listener.stop)

@@ -4,7 +4,7 @@ A waiter always re-reads the database, the source of truth; an event ends its sl
 one process the worker publishes here directly; in the distributed setup a listener on the
 broker's channel does, and says whether it is connected (``trusted``): while it is, waiters
 re-read only now and then, for what no worker announces (a cancel, an expiry); while it is not,
-they poll. A listener that reconnects wakes every waiter, for what it may have missed.
+they poll. A listener that reconnects or loses its connection wakes every waiter.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ class JobEvents:
             loop.call_soon_threadsafe(event.set)
 
     def connected(self, connected: bool) -> None:
-        """The publisher's connection changed; on reconnecting, every waiter re-reads."""
+        """The publisher's connection changed; every waiter re-reads: on reconnecting, for
+        what it may have missed; on losing it, to poll from now on (a finish during a Redis
+        stall is announced to no one)."""
         self.trusted = connected
-        if connected:
-            self.wake_all()
+        self.wake_all()

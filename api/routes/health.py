@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from decide.api.routes.deps import Context, Owner
 from decide.store.db import ping
@@ -22,10 +23,19 @@ async def health() -> dict[str, Any]:
     return {"status": "ok"}
 
 
+_readiness_threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ready")
+"""Readiness checks run in threads of their own: never on the event loop (they ask Redis and
+the database), never behind requests that fill the shared pool."""
+
+
+async def _off_the_loop(check: Any, *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(_readiness_threads, check, *args)
+
+
 @router.get("/ready")
 async def ready(ctx: Context) -> JSONResponse:
-    checks = {"database": await run_in_threadpool(_database_answers, ctx),
-              "workers": ctx.queue.ready()}
+    checks = {"database": await _off_the_loop(_database_answers, ctx),
+              "workers": await _off_the_loop(ctx.queue.ready)}
     ok = all(passed for passed, _ in checks.values())
     return JSONResponse(status_code=200 if ok else 503, content={
         "status": "ready" if ok else "not_ready",
