@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 Database = Engine
@@ -12,14 +12,28 @@ Database = Engine
 (``Engine`` elsewhere in this project is the decision engine)."""
 DATABASE_AWAY = (OperationalError, InterfaceError)
 """What a database that is restarting or out of reach raises: a pause to retry through."""
+LOCK_TIMEOUT_SECONDS = 5.0
+"""How long a PostgreSQL statement waits for a row (or any other) lock before it gives up
+(``lock_timeout``): far below the delivery leader's 20 s lock silence, so a tick that meets a
+lock held for ever fails that step and the leader goes on, still the leader."""
+IDLE_IN_TRANSACTION_SECONDS = 10.0
+"""How long a PostgreSQL session may sit in an open transaction without sending anything
+(``idle_in_transaction_session_timeout``) before the server ends it, releasing its locks: a
+process frozen (SIGSTOP, a stalled VM) between a statement and its COMMIT. Every transaction
+of the service runs its statements back to back, so only a frozen or hung one gets there."""
+_LOCK_NOT_AVAILABLE = "55P03"
 
 
-def make_engine(url: str, *, ping_on_checkout: bool = True) -> Engine:
+def make_engine(url: str, *, ping_on_checkout: bool = True,
+                lock_timeout_seconds: float = LOCK_TIMEOUT_SECONDS,
+                idle_in_transaction_seconds: float = IDLE_IN_TRANSACTION_SECONDS) -> Engine:
     """An engine with SQLite set up for one writer thread beside many readers (WAL).
 
     On PostgreSQL a pooled connection is pinged before each use, so a server restart costs no
     request an error; ``ping_on_checkout=False`` spares that round trip where every operation
-    is retried once on a dropped connection instead (a worker's claims and finishes)."""
+    is retried once on a dropped connection instead (a worker's claims and finishes). Every
+    PostgreSQL session starts with ``lock_timeout`` and ``idle_in_transaction_session_timeout``
+    set (see ``session_options``), so no lock is waited on, or held, for ever."""
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -33,14 +47,37 @@ def make_engine(url: str, *, ping_on_checkout: bool = True) -> Engine:
 
         return engine
     engine = create_engine(url, pool_pre_ping=ping_on_checkout, pool_size=10, max_overflow=20)
+    given = make_url(url).query.get("options")
+    options = session_options(lock_timeout_seconds, idle_in_transaction_seconds,
+                              given if isinstance(given, str) else None)
 
     @event.listens_for(engine, "do_connect")
-    def _name_the_session(_dialect, _record, _args, parameters) -> None:  # type: ignore[no-untyped-def]
+    def _start_the_session(_dialect, _record, _args, parameters) -> None:  # type: ignore[no-untyped-def]
         """``pg_stat_activity`` says which process holds each session (``decide:PID``): an
-        operator, and the fault tests, can tell the delivery leader from the others."""
+        operator, and the fault tests, can tell the delivery leader from the others. The
+        session starts with its lock limits (``options``)."""
         parameters.setdefault("application_name", f"decide:{os.getpid()}")
+        parameters["options"] = options  # the same dict each time: set, never appended to
 
     return engine
+
+
+def session_options(lock_timeout_seconds: float, idle_in_transaction_seconds: float,
+                    given: str | None = None) -> str:
+    """libpq ``options`` setting both limits when the session starts (no extra round trip).
+
+    Options the URL names (``?options=-c%20lock_timeout%3D2s``), or ``PGOPTIONS``, come after
+    these and so win: an operator can change either limit without a code change (0: none)."""
+    ours = (f"-c lock_timeout={int(lock_timeout_seconds * 1000)} "
+            f"-c idle_in_transaction_session_timeout={int(idle_in_transaction_seconds * 1000)}")
+    return " ".join(part for part in (ours, os.environ.get("PGOPTIONS"), given) if part)
+
+
+def gave_up_on_a_lock(error: BaseException) -> bool:
+    """A statement PostgreSQL cancelled after waiting ``lock_timeout`` for a lock: the lock's
+    holder is busy or frozen, not the database away; the step is worth trying again later."""
+    return (isinstance(error, OperationalError)
+            and getattr(error.orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE)
 
 
 def ping(db: Engine) -> None:

@@ -7,8 +7,10 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 
-from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy import Connection, Engine, Table, delete, func, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from decide.store.clock import database_now
 from decide.store.tables import workers
@@ -22,20 +24,33 @@ DEAD_AFTER_SECONDS = 10.0
 
 def beat(db: Engine, *, worker_id: str, model: str, hostname: str, pid: int,
          metrics_port: int | None = None) -> None:
-    """Stamped with the database's clock: a worker's own clock may be wrong."""
+    """One upsert, committed by the database as it runs (autocommit), stamped with the
+    database's clock (a worker's own may be wrong). No transaction stays open between the
+    statement and a COMMIT, so a worker frozen there holds no lock on its row: the delivery
+    leader's cleanup of dead workers never waits on it."""
     now = database_now(db)
-    with db.begin() as connection:
-        touched = connection.execute(update(workers).where(workers.c.id == worker_id)
-                                     .values(last_seen=now)).rowcount
-        if touched == 0:
-            connection.execute(workers.insert().values(
-                id=worker_id, model=model, hostname=hostname, pid=pid,
-                metrics_port=metrics_port, started_at=now, last_seen=now))
+    upsert = _insert_for(db)(workers).values(
+        id=worker_id, model=model, hostname=hostname, pid=pid, metrics_port=metrics_port,
+        started_at=now, last_seen=now)
+    upsert = upsert.on_conflict_do_update(index_elements=[workers.c.id],
+                                          set_={"last_seen": upsert.excluded.last_seen})
+    with _autocommit(db) as connection:
+        connection.execute(upsert)
 
 
 def leave(db: Engine, worker_id: str) -> None:
-    with db.begin() as connection:
+    with _autocommit(db) as connection:
         connection.execute(delete(workers).where(workers.c.id == worker_id))
+
+
+def _insert_for(db: Engine) -> Callable[[Table], postgresql.Insert | sqlite.Insert]:
+    """The dialect's INSERT, which has ``ON CONFLICT DO UPDATE``."""
+    return postgresql.insert if db.dialect.name == "postgresql" else sqlite.insert
+
+
+def _autocommit(db: Engine) -> Connection:
+    """A connection whose every statement is its own transaction, committed by the database."""
+    return db.connect().execution_options(isolation_level="AUTOCOMMIT")
 
 
 def live_counts(db: Engine) -> dict[str, int]:

@@ -25,7 +25,7 @@ import time
 
 from decide.core.protocol import FOREGROUND, PRIORITIES
 from decide.store import jobs
-from decide.store.db import Database
+from decide.store.db import Database, gave_up_on_a_lock
 from decide.store.leader import SessionLock
 from decide.store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
 from decide.transport.broker import Broker
@@ -79,11 +79,19 @@ class Delivery:
             try:
                 if self._leading():
                     self.tick()
-            except Exception:  # the loop outlives a broker or database outage
-                log.exception("delivery tick failed")
-                self._drop_lock()
-                time.sleep(1.0)
+            except Exception as error:  # the loop outlives a broker or database outage
+                self._survive(error)
             self._stopping.wait(TICK_SECONDS)
+
+    def _survive(self, error: Exception) -> None:
+        """A statement that gave up waiting for a lock (another session's, maybe frozen) costs
+        this tick only: the leader keeps its lock. Anything else hands the lock over."""
+        if gave_up_on_a_lock(error):
+            log.warning("delivery tick gave up waiting for a lock held by another session")
+            return
+        log.exception("delivery tick failed")
+        self._drop_lock()
+        time.sleep(1.0)
 
     def _leading(self) -> bool:
         """With PostgreSQL, one delivery loop acts at a time (a session advisory lock).
@@ -117,14 +125,33 @@ class Delivery:
         repairing = now - self._last_repair >= REPAIR_EVERY_SECONDS
         if repairing:
             self._last_repair = now
-            self._repair_abandoned()
-            forget_dead(self._db, silent_for=10 * DEAD_AFTER_SECONDS)
-            self._live_workers = live_counts(self._db)
+            self._clean_up()
         self._retention.apply_if_due()
         lengths = self._broker.lane_lengths(self._models)
         for model in self._models:
             for priority in PRIORITIES:
                 self._refill(model, priority, lengths[(model, priority)], repairing)
+
+    def _clean_up(self) -> None:
+        """Each repair step on its own: one that waited ``lock_timeout`` on a row a frozen
+        session holds (a worker stopped inside a transaction) gives up, and the others, and
+        this tick's deliveries, still run; it is tried again at the next repair, once the
+        database has ended that session (``idle_in_transaction_session_timeout``)."""
+        steps = (self._repair_abandoned, self._forget_dead_workers, self._count_live_workers)
+        for step in steps:
+            try:
+                step()
+            except Exception as error:
+                if not gave_up_on_a_lock(error):
+                    raise
+                log.warning("delivery: %s gave up waiting for a lock held by another session; "
+                            "tried again at the next repair", step.__name__.strip("_"))
+
+    def _forget_dead_workers(self) -> None:
+        forget_dead(self._db, silent_for=10 * DEAD_AFTER_SECONDS)
+
+    def _count_live_workers(self) -> None:
+        self._live_workers = live_counts(self._db)
 
     def _repair_abandoned(self) -> None:
         """Jobs of workers that stopped: re-queued, or failed once out of attempts; a failed
