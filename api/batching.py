@@ -54,12 +54,12 @@ def accept_batch(ctx: ApiContext, *, owner: str, body: Any) -> AcceptedBatch:
     engine.plan(template)  # the question set alone within the limits (row count, suffixes)
     _check_items(engine, template, items)
     check_lane(ctx, config.name, priority, rows * len(items))
-    ctx.quotas.check_backlog(ctx.db, owner=owner, priority=priority, rows=rows * len(items))
     questions = resolve_taught(ctx, owner=owner, model=config.name,
                                questions=template.questions, stored_questions=body["questions"])
     batch, job_ids = batches.create_batch(
         ctx.db, owner=owner, model=config.name, priority=priority, questions=questions,
-        metadata=metadata, items=items, rows_per_item=rows)
+        metadata=metadata, items=items, rows_per_item=rows,
+        admit=ctx.quotas.admission(owner, priority, rows * len(items)))
     metrics.jobs_submitted.labels(config.name, priority).inc(len(job_ids))
     ctx.backlog.add(config.name, priority, rows * len(items))
     ctx.queue.batch_stored(job_ids, config.name, priority, owner)

@@ -1,17 +1,22 @@
 """Per-key quotas: how much one API key may submit and keep waiting (429 past them).
 
-Three limits, each per key, checked after a request is valid and before it is stored:
+Four limits, each per key, checked after a request is valid:
 
-* rows per minute through ``/v1/systemone`` and ``/v1/jobs`` (a sliding window kept by the
-  ``limits`` library: in memory for the embedded setup, on the broker's Redis when there is
-  one, so every front door shares it);
+* rows per minute through ``/v1/systemone``, ``/v1/jobs`` and ``/v1/batches`` (a sliding
+  window kept by the ``limits`` library: in memory for the embedded setup, on the broker's
+  Redis when there is one, so every front door shares it); a batch larger than the whole
+  window is charged the whole window, so it needs a minute the key has left unused;
 * rows queued in both lanes, batches included (what one key's backlog may hold);
+* stored bytes queued in both lanes (what the backlog costs the database to hold);
 * rows queued in the foreground lane (it is for sync calls and small jobs).
 
-A key with nothing queued may always queue one request, so no valid request is refused for
-ever. The queued-row limits are read from the database, the source of truth, through an index
-made for them. A Redis that is away does not refuse work: the per-minute window is skipped
-until it is back (and logged), the backlog limits still hold.
+The queued limits are counted inside the transaction that stores the work, the key locked
+(``store.quota``), so concurrent submissions of one key never pass them together. A key with
+nothing queued may queue one request's worth whatever its quotas (``ONE_REQUEST_ROWS``,
+``ONE_REQUEST_BYTES``: the largest single job), so no valid sync call or job is refused for
+ever; a batch larger than that and than the quota is refused, it can never fit. A Redis that
+is away does not refuse work: the per-minute window is skipped until it is back (and logged),
+the backlog limits still hold.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from limits import RateLimitItemPerMinute
@@ -27,8 +33,9 @@ from limits.strategies import SlidingWindowCounterRateLimiter
 
 from decide.api.errors import ApiError
 from decide.config.settings import Settings
-from decide.store import jobs
-from decide.store.db import Database
+from decide.core.engine import Limits
+from decide.core.protocol import MAX_BODY_BYTES
+from decide.store import quota
 
 log = logging.getLogger("decide.api")
 ROWS_PER_SECOND_GUESS = 20
@@ -56,6 +63,67 @@ def retry_after_draining(excess_rows: int) -> int:
     return max(1, min(MAX_RETRY_SECONDS, math.ceil(excess_rows / ROWS_PER_SECOND_GUESS)))
 
 
+ONE_REQUEST_ROWS = Limits.max_rows
+"""One request's worth of rows, what a key with nothing queued may always queue: the most
+rows one sync call or job may have (1,024, SPEC §2.4; 413 past it)."""
+ONE_REQUEST_BYTES = 2 * MAX_BODY_BYTES
+"""One request's worth of stored bytes: a body is at most 32 MiB, and stored as JSON it may
+grow by the spaces after its separators, never to more than twice its size."""
+FOREGROUND_HINT = ("the foreground lane is for sync calls and small jobs; send backlogs in "
+                   "the background")
+
+
+def fits(queued: int, adding: int, limit: int, one_request: int) -> bool:
+    """Whether ``adding`` more fit beside ``queued`` under ``limit``. With nothing queued one
+    request's worth always fits, so no valid request is refused for ever, but never more: an
+    idle key or lane is no way round its limit."""
+    allowed = limit if queued else max(limit, one_request)
+    return queued + adding <= allowed
+
+
+@dataclass(frozen=True)
+class QueuedLimit:
+    """One queued-work quota of a key, and where the key stands in it."""
+
+    queued: int
+    limit: int
+    one_request: int
+    unit: str
+    setting: str
+    hint: str = ""
+
+
+def _refuse_past(standing: QueuedLimit, adding: int, as_rows: Callable[[int], int]) -> None:
+    """429 when ``adding`` does not fit; ``as_rows`` turns an excess into rows to drain (for
+    Retry-After). A request that can never fit says so, with the most that can."""
+    if fits(standing.queued, adding, standing.limit, standing.one_request):
+        return
+    if adding > max(standing.limit, standing.one_request):
+        raise _never_fits(standing, adding)
+    total = standing.queued + adding
+    retry = retry_after_draining(as_rows(total - standing.limit))
+    raise ApiError(429, "rate_limit_error",
+                   f"this API key would have {total:,} queued {standing.unit}, over its quota "
+                   f"of {standing.limit:,} ({standing.setting}){_hint(standing)}; retry after "
+                   f"{retry} s", headers={"Retry-After": str(retry)})
+
+
+def _never_fits(standing: QueuedLimit, adding: int) -> ApiError:
+    """More than the quota and than one request's worth: no wait lets it in (the longest
+    Retry-After, so a client's retries give up)."""
+    most = max(standing.limit, standing.one_request)
+    return ApiError(429, "rate_limit_error",
+                    f"this request alone has {adding:,} {standing.unit}, over this API key's "
+                    f"quota of {standing.limit:,} queued {standing.unit} ({standing.setting}) "
+                    f"and over one request's worth ({standing.one_request:,}): it can never be "
+                    f"queued; send at most {most:,} {standing.unit} at once{_hint(standing)}",
+                    headers={"Retry-After": str(MAX_RETRY_SECONDS)})
+
+
+def _hint(standing: QueuedLimit) -> str:
+    return f" ({standing.hint})" if standing.hint else ""
+
+
 class Quotas:
     def __init__(self, settings: Settings, storage_uri: str = "memory://",
                  **storage_options: object) -> None:
@@ -65,35 +133,30 @@ class Quotas:
         self._limiter = SlidingWindowCounterRateLimiter(
             storage_from_string(storage_uri, **storage_options))
 
-    def check_backlog(self, db: Database, *, owner: str, priority: str, rows: int) -> None:
-        """429 when queuing ``rows`` more would put the key past its queued-row limits."""
-        queued = jobs.owner_queued_rows(db, owner=owner)
-        total = sum(queued.values())
-        if total == 0:
-            return  # a key with nothing queued may always queue one request
-        self._refuse_past(total + rows, self._settings.key_queued_rows, "queued rows",
-                          "DECIDE_KEY_QUEUED_ROWS")
-        if priority == "foreground":
-            waiting = queued.get("foreground", 0)
-            if waiting:
-                self._refuse_past(waiting + rows, self._settings.key_foreground_rows,
-                                  "queued foreground rows (the foreground lane is for sync "
-                                  "calls and small jobs; send backlogs in the background)",
-                                  "DECIDE_KEY_FOREGROUND_ROWS")
+    def admission(self, owner: str, priority: str, rows: int) -> Admission:
+        """The check a submission of ``rows`` runs inside the transaction that stores it."""
+        return Admission(self, owner, priority, rows)
 
-    @staticmethod
-    def _refuse_past(rows: int, limit: int, what: str, setting: str) -> None:
-        if rows <= limit:
-            return
-        retry = retry_after_draining(rows - limit)
-        raise ApiError(429, "rate_limit_error",
-                       f"this API key would have {rows:,} {what}, over its quota of "
-                       f"{limit:,} ({setting}); retry after {retry} s",
-                       headers={"Retry-After": str(retry)})
+    def refuse_past(self, backlog: quota.Backlog, priority: str, charge: quota.Charge) -> None:
+        """429 when ``charge`` beside ``backlog`` is past one of the key's queued limits."""
+        settings = self._settings
+        _refuse_past(QueuedLimit(backlog.total_rows, settings.key_queued_rows, ONE_REQUEST_ROWS,
+                                 "rows", "DECIDE_KEY_QUEUED_ROWS"), charge.rows, lambda n: n)
+        rows_per_byte = backlog.total_rows / backlog.bytes if backlog.bytes else 0.0
+        _refuse_past(QueuedLimit(backlog.bytes, settings.key_queued_bytes, ONE_REQUEST_BYTES,
+                                 "stored bytes", "DECIDE_KEY_QUEUED_BYTES"), charge.bytes,
+                     lambda n: math.ceil(n * rows_per_byte))
+        if priority == "foreground":
+            _refuse_past(QueuedLimit(backlog.rows.get("foreground", 0),
+                                     settings.key_foreground_rows, ONE_REQUEST_ROWS,
+                                     "foreground rows", "DECIDE_KEY_FOREGROUND_ROWS",
+                                     FOREGROUND_HINT), charge.rows, lambda n: n)
 
     def take_rows(self, owner: str, rows: int) -> RateState | None:
         """Count ``rows`` against the key's per-minute window; 429 when they do not fit. None
-        when the window's store cannot be reached (the request is let through)."""
+        when the window's store cannot be reached (the request is let through). A batch of
+        more rows than the whole window is counted as the whole window."""
+        rows = min(rows, self._per_minute.amount)  # a batch larger than the window: all of it
         try:
             admitted = self._limiter.hit(self._per_minute, owner, cost=rows)
             stats = self._limiter.get_window_stats(self._per_minute, owner)
@@ -123,3 +186,24 @@ class Quotas:
         if short <= 0:
             return 1
         return max(1, min(60, math.ceil(60 * short / self._per_minute.amount)))
+
+
+class Admission:
+    """The quota check of one submission, run by ``create_job``, ``create_batch`` or
+    ``create_taught`` inside the transaction that stores it (a ``store.quota.Admit``): the
+    key's backlog read under its lock, then its per-minute window taken, last, so that a
+    refusal by the backlog does not use the window up. ``rate`` is where the window stood
+    (None: not checked, or not reached). The window's Redis call is made under the key's lock:
+    it holds only that key's next submission, for at most the client's socket timeout."""
+
+    def __init__(self, quotas: Quotas, owner: str, priority: str, rows: int) -> None:
+        self._quotas = quotas
+        self._owner = owner
+        self._priority = priority
+        self._rows = rows
+        self.rate: RateState | None = None
+
+    def __call__(self, transaction: quota.Transaction, charge: quota.Charge) -> None:
+        backlog = quota.locked_backlog(transaction, self._owner)
+        self._quotas.refuse_past(backlog, self._priority, charge)
+        self.rate = self._quotas.take_rows(self._owner, self._rows)

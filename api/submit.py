@@ -14,7 +14,13 @@ from typing import Any
 from decide import metrics
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError, invalid
-from decide.api.quotas import RateState, retry_after_draining
+from decide.api.quotas import (
+    MAX_RETRY_SECONDS,
+    ONE_REQUEST_ROWS,
+    RateState,
+    fits,
+    retry_after_draining,
+)
 from decide.api.taught import with_resolved
 from decide.core.protocol import PRIORITIES, parse_request, stored_request
 from decide.store import jobs
@@ -83,18 +89,17 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
                                          within=SHARE_SYNC_SECONDS)
         if joined is not None:
             return Accepted(job=joined, created=False)
-    rate = None
+    admission = None
     if idempotency_key is None or jobs.find_by_idempotency_key(
             ctx.db, owner=owner, key=idempotency_key) is None:
         check_lane(ctx, config.name, priority, plan.row_total)
-        ctx.quotas.check_backlog(ctx.db, owner=owner, priority=priority, rows=plan.row_total)
-        rate = ctx.quotas.take_rows(owner, plan.row_total)
+        admission = ctx.quotas.admission(owner, priority, plan.row_total)
     try:
         job, created = jobs.create_job(
             ctx.db, owner=owner, model=config.name, priority=priority, request=kept,
             metadata=metadata, rows=plan.row_total, input_tokens=plan.input_tokens,
             idempotency_key=idempotency_key, request_hash=fingerprint,
-            sync_waiters=1 if sync_call else 0)
+            sync_waiters=1 if sync_call else 0, admit=admission)
     except jobs.IdempotencyConflict as conflict:
         raise invalid("header", ["Idempotency-Key"],
                       f"this Idempotency-Key was used for job {conflict} with another body; "
@@ -103,20 +108,30 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
         metrics.jobs_submitted.labels(job.model, priority).inc()
         ctx.backlog.add(job.model, priority, job.rows)
         ctx.queue.send(job.id, job.model, priority, owner)
-    return Accepted(job=job, created=created, rate=rate if created else None)
+    rate = admission.rate if admission is not None and created else None
+    return Accepted(job=job, created=created, rate=rate)
 
 
 def check_lane(ctx: ApiContext, model: str, priority: str, rows: int) -> None:
-    """SPEC §5: a lane over its queued-row limit refuses new work with 503 and Retry-After."""
+    """SPEC §5: a lane over its queued-row limit refuses new work with 503 and Retry-After.
+    An idle lane takes one request's worth whatever its limit, never more (``fits``)."""
     limit = ctx.settings.lane_rows(priority)
     queued = ctx.backlog.rows(model, priority)
-    if queued and queued + rows > limit:  # an idle lane always takes one request
-        # long enough for the lane to drain the excess at a conservative decode rate
-        retry = retry_after_draining(queued + rows - limit)
+    if fits(queued, rows, limit, ONE_REQUEST_ROWS):
+        return
+    setting = f"DECIDE_{priority.upper()}_LANE_ROWS"
+    if rows > max(limit, ONE_REQUEST_ROWS):
         raise ApiError(503, "overloaded_error",
-                       f"the {priority} lane of {model!r} holds {queued:,} queued rows and "
-                       f"takes at most {limit:,}; retry after {retry} s",
-                       headers={"Retry-After": str(retry)})
+                       f"this request alone has {rows:,} rows; the {priority} lane of "
+                       f"{model!r} takes at most {limit:,} queued rows ({setting}): it can "
+                       f"never be queued; send at most {max(limit, ONE_REQUEST_ROWS):,} rows "
+                       "at once", headers={"Retry-After": str(MAX_RETRY_SECONDS)})
+    # long enough for the lane to drain the excess at a conservative decode rate
+    retry = retry_after_draining(queued + rows - limit)
+    raise ApiError(503, "overloaded_error",
+                   f"the {priority} lane of {model!r} holds {queued:,} queued rows and "
+                   f"takes at most {limit:,} ({setting}); retry after {retry} s",
+                   headers={"Retry-After": str(retry)})
 
 
 def owned_job(ctx: ApiContext, job_id: str, owner: str) -> jobs.JobRecord:

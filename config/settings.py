@@ -55,6 +55,10 @@ class Settings(BaseSettings):
     key_queued_rows: int = Field(default=1_000_000, ge=1)
     """Rows one key may have queued (both lanes, batches included); past it, 429. A key with
     nothing queued may always queue one request."""
+    key_queued_bytes: int = Field(default=1024 ** 3, ge=1)
+    """Stored bytes one key may have queued (both lanes, batches included: a job's stored
+    request, a batch item's state and its share of the batch's questions); past it, 429. A key
+    with nothing queued may always queue one request."""
     key_foreground_rows: int = Field(default=4_096, ge=1)
     """Foreground rows one key may have queued: the foreground lane is for sync calls and
     small jobs, so one key's flood cannot hold every other key's sync calls."""

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, func, select, update
 
 from decide.store.clock import read_database_now
 from decide.store.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, STATUSES, new_id
+from decide.store.quota import Admit, Charge, batch_item_bytes
 from decide.store.tables import batches, jobs
 
 INSERT_CHUNK = 5_000
@@ -56,26 +57,33 @@ def _record(row: Any) -> BatchRecord:
 
 def create_batch(db: Engine, *, owner: str, model: str, priority: str,
                  questions: dict[str, Any], metadata: dict[str, Any] | None,
-                 items: list[tuple[str, Any]], rows_per_item: int) -> tuple[BatchRecord,
-                                                                            list[str]]:
+                 items: list[tuple[str, Any]], rows_per_item: int,
+                 admit: Admit | None = None) -> tuple[BatchRecord, list[str]]:
     """Store the batch and one queued job per ``(custom_id, state)`` item, in one transaction.
 
     A batch item's job keeps only its state; the questions are stored once on the batch.
+    ``admit`` runs in that transaction, before the inserts (the key's quotas, ``store.quota``):
+    what it raises refuses the batch.
     """
     now = read_database_now(db)
     batch_id = new_id("batch")
     job_ids = [new_id("job") for _ in items]
+    stored_questions = json.dumps(questions, ensure_ascii=False)
+    stored_items = [json.dumps({"state": state}, ensure_ascii=False) for _, state in items]
+    sizes = batch_item_bytes(stored_questions, stored_items)
     with db.begin() as connection:
+        if admit is not None:
+            admit(connection, Charge(rows_per_item * len(items), sum(sizes)))
         connection.execute(batches.insert().values(
             id=batch_id, owner=owner, model=model, priority=priority,
-            questions=json.dumps(questions, ensure_ascii=False),
+            questions=stored_questions,
             metadata=None if metadata is None else json.dumps(metadata, ensure_ascii=False),
             total=len(items), cancel_requested=False, created_at=now))
         for start in range(0, len(items), INSERT_CHUNK):
             connection.execute(jobs.insert(), [
                 {"id": job_ids[index], "owner": owner, "model": model, "priority": priority,
                  "status": QUEUED,
-                 "request": json.dumps({"state": state}, ensure_ascii=False),
+                 "request": stored_items[index], "request_bytes": sizes[index],
                  "metadata": None, "rows": rows_per_item, "input_tokens": 0,
                  "cancel_requested": False, "decode_runs": 0, "created_at": now,
                  "batch_id": batch_id, "item_index": index, "custom_id": custom_id}

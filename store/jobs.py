@@ -22,6 +22,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from decide.core.protocol import PRIORITIES
 from decide.store.clock import database_now, read_database_now
+from decide.store.quota import Admit, Charge, stored_bytes
 from decide.store.tables import batches, jobs, usage, workers
 
 QUEUED, RUNNING = "queued", "running"
@@ -82,6 +83,8 @@ class JobRecord:
     """Sync callers waiting on the job now (identical sync calls from one key share it)."""
     kind: str = "decision"
     """``decision``, or ``fit`` (fitting a taught question: not listed with the caller's jobs)."""
+    request_bytes: int = 0
+    """Its stored size, what the key's queued-bytes quota counts (``store.quota``)."""
 
     @property
     def finished(self) -> bool:
@@ -116,8 +119,11 @@ class IdempotencyConflict(Exception):
 def create_job(db: Engine, *, owner: str, model: str, priority: str, request: dict[str, Any],
                metadata: dict[str, Any] | None, rows: int, input_tokens: int,
                idempotency_key: str | None = None, request_hash: str | None = None,
-               sync_waiters: int = 0, kind: str = DECISION) -> tuple[JobRecord, bool]:
-    """Store a queued job; returns it (without its request) and whether it is new.
+               sync_waiters: int = 0, kind: str = DECISION,
+               admit: Admit | None = None) -> tuple[JobRecord, bool]:
+    """Store a queued job; returns it (without its request) and whether it is new. ``admit``
+    runs in the inserting transaction, before the insert (the key's quotas, ``store.quota``):
+    what it raises refuses the job.
 
     With an idempotency key already used by this owner, the earlier job is returned when the
     body is the same, and ``IdempotencyConflict`` is raised when it is not.
@@ -131,8 +137,11 @@ def create_job(db: Engine, *, owner: str, model: str, priority: str, request: di
               "rows": rows, "input_tokens": input_tokens, "idempotency_key": idempotency_key,
               "request_hash": request_hash, "cancel_requested": False, "decode_runs": 0,
               "created_at": database_now(db), "sync_waiters": sync_waiters, "kind": kind}
+    values["request_bytes"] = stored_bytes(values["request"])
     try:
         with db.begin() as connection:
+            if admit is not None:
+                admit(connection, Charge(rows, values["request_bytes"]))
             row = connection.execute(jobs.insert().values(**values)
                                      .returning(*SUMMARY_COLUMNS)).one()
     except IntegrityError:

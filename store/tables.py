@@ -50,6 +50,7 @@ jobs = Table(
     Column("custom_id", Text, nullable=True),
     Column("sync_waiters", Integer, nullable=False, default=0, server_default="0"),
     Column("kind", String(16), nullable=False, default="decision", server_default="decision"),
+    Column("request_bytes", Integer, nullable=False, default=0, server_default="0"),
     UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
     Index("ix_jobs_owner_id", "owner", "id"),
     Index("ix_jobs_lane", "status", "model", "priority", "created_at"),
@@ -63,7 +64,7 @@ jobs = Table(
           postgresql_where=text(SENT), sqlite_where=text(SENT)),
     Index("ix_jobs_queued_rows", "model", "priority", "rows",
           postgresql_where=text(QUEUED), sqlite_where=text(QUEUED)),
-    Index("ix_jobs_owner_queued", "owner", "priority", "rows",
+    Index("ix_jobs_owner_queued", "owner", "priority", "rows", "request_bytes",
           postgresql_where=text(QUEUED), sqlite_where=text(QUEUED)),
 )
 

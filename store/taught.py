@@ -27,6 +27,7 @@ from decide.store.jobs import (
     _record,
     new_id,
 )
+from decide.store.quota import Admit, Charge, stored_bytes
 from decide.store.tables import job_labels, jobs, taught_questions
 
 READY, FAILED, FITTING = "ready", "failed", "fitting"
@@ -78,9 +79,10 @@ def _taught(values: dict[str, Any], job_status: str | None = None,
 
 def create_taught(db: Engine, *, owner: str, model: str, match_key: str,
                   question: dict[str, Any], examples: list[dict[str, Any]], from_labels: bool,
-                  rows: int, input_tokens: int, example_count: int
-                  ) -> tuple[TaughtRecord, JobRecord]:
-    """A queued taught question and its fit job, in one transaction."""
+                  rows: int, input_tokens: int, example_count: int,
+                  admit: Admit | None = None) -> tuple[TaughtRecord, JobRecord]:
+    """A queued taught question and its fit job, in one transaction; ``admit`` runs in it
+    before the inserts (the key's quotas, ``store.quota``), charged what both store."""
     taught_id = new_id("tq")
     now = read_database_now(db)
     job_values = {"id": new_id("job"), "owner": owner, "model": model, "priority": "background",
@@ -94,7 +96,11 @@ def create_taught(db: Engine, *, owner: str, model: str, match_key: str,
               "status": QUEUED, "fit": None, "readout": None, "model_identity": None,
               "error": None, "job_id": job_values["id"], "created_at": now,
               "finished_at": None, "example_count": example_count}
+    job_values["request_bytes"] = sum(map(stored_bytes, (job_values["request"],
+                                                         values["question"], values["examples"])))
     with db.begin() as connection:
+        if admit is not None:
+            admit(connection, Charge(rows, job_values["request_bytes"]))
         job_row = connection.execute(jobs.insert().values(**job_values)
                                      .returning(*SUMMARY_COLUMNS)).one()
         connection.execute(taught_questions.insert().values(**values))

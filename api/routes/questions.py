@@ -63,12 +63,11 @@ def _teach(ctx: ApiContext, owner: str, body: Any) -> taught_store.TaughtRecord:
     check_readable(ctx, config.name)
     rows, tokens = example_rows(ctx, config.name, question, examples + labelled)
     check_lane(ctx, config.name, PRIORITY, rows)
-    ctx.quotas.check_backlog(ctx.db, owner=owner, priority=PRIORITY, rows=rows)
-    ctx.quotas.take_rows(owner, rows)
     record, job = taught_store.create_taught(
         ctx.db, owner=owner, model=config.name, match_key=key, question=body["question"],
         examples=examples, from_labels=from_labels, rows=rows, input_tokens=tokens,
-        example_count=len(examples) + len(labelled))
+        example_count=len(examples) + len(labelled),
+        admit=ctx.quotas.admission(owner, PRIORITY, rows))
     metrics.jobs_submitted.labels(job.model, PRIORITY).inc()
     ctx.backlog.add(job.model, PRIORITY, job.rows)
     ctx.queue.send(job.id, job.model, PRIORITY, owner)

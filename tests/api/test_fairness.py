@@ -13,9 +13,15 @@ from tests.slow_work import distinct_nouls
 
 pytestmark = pytest.mark.model
 
-KEYS = ("key-flood", "key-other", "key-admin")
+KEYS = ("key-flood", "key-other", "key-admin", "key-flood-2", "key-flood-3", "key-rate")
+"""A flood takes its key's whole per-minute window (a batch counts against it), so each test
+that floods, and the one that measures the window, has a key of its own."""
 BACKLOG_ITEMS = 20_000
-QUEUED_QUOTA = 25_000
+ROWS_PER_ITEM = 4
+"""Rows of one item asking ``NOUL`` of the default model."""
+QUEUED_QUOTA = 100_000
+"""Takes A's 80,000-row batch and a little more (a key with nothing queued may queue one
+request's worth beyond its quota, 1,024 rows, never a whole batch)."""
 B_BOUND_SECONDS = 30.0
 """B's job waits for at most one of A's items (about 0.1 s here) and its own decode; the bound
 leaves room for a busy CI host."""
@@ -67,11 +73,13 @@ def test_a_flood_of_background_work_does_not_hold_another_keys_work(quota_server
 
 
 def test_a_key_past_its_backlog_quota_gets_429_with_retry_after(quota_server):
-    with quota_server.client(KEYS[0]) as a, quota_server.client(KEYS[1]) as b:
+    with quota_server.client(KEYS[3]) as a, quota_server.client(KEYS[1]) as b:
         batch_id = flood(a)
         try:
+            # past the quota by 1,000 items, more than the worker decodes meanwhile
             items = [{"custom_id": f"more-{index}", "state": f"more {index}"}
-                     for index in range(QUEUED_QUOTA - BACKLOG_ITEMS + 1)]
+                     for index in range((QUEUED_QUOTA - BACKLOG_ITEMS * ROWS_PER_ITEM)
+                                        // ROWS_PER_ITEM + 1_000)]
             refused = a.post("/v1/batches", json={"questions": {"refund": NOUL},
                                                   "items": items})
             assert refused.status_code == 429, refused.text
@@ -92,7 +100,7 @@ def test_a_key_past_its_rows_per_minute_gets_429_with_ratelimit_headers(quota_se
     """Each job of 200 distinct questions is 200 rows or more: the sixth cannot fit in 1,024
     rows a minute. Past the quota: 429, Retry-After, and the window in RateLimit headers."""
     wide = {"state": "rate", "questions": distinct_nouls(200)}
-    with quota_server.client(KEYS[0]) as a, quota_server.client(KEYS[1]) as b:
+    with quota_server.client(KEYS[5]) as a, quota_server.client(KEYS[1]) as b:
         taken, answers = [], []
         for _ in range(6):
             answers.append(a.post("/v1/jobs", json=wide))
@@ -131,7 +139,7 @@ def queued_in(status: dict) -> int:
 
 
 def test_status_shows_a_key_its_own_work_and_an_admin_key_everyones(quota_server):
-    with (quota_server.client(KEYS[0]) as a, quota_server.client(KEYS[1]) as b,
+    with (quota_server.client(KEYS[4]) as a, quota_server.client(KEYS[1]) as b,
           quota_server.client(KEYS[2]) as admin):
         batch_id = flood(a)
         try:

@@ -183,7 +183,7 @@ def test_migrate_says_what_it_applied(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DECIDE_DATABASE_URL", f"sqlite:///{tmp_path / 'fresh.db'}")
     assert main(["migrate"]) == 0
     first = capsys.readouterr().out
-    assert first.startswith("applied 5 migrations to ") and "0005" in first
+    assert first.startswith("applied 6 migrations to ") and "0006" in first
     assert main(["migrate"]) == 0
     assert capsys.readouterr().out.startswith("nothing to apply: ")
 
