@@ -35,6 +35,25 @@ RESTART_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 faults on the probe would otherwise restart it in a tight loop)."""
 
 
+RUNNER_SECRETS = ("api_keys", "admin_keys", "api_keys_file", "database_url", "broker_url")
+"""Settings that hold credentials (the API keys; the password a database or broker URL may
+carry) and that a runner never reads: neither sent to it nor left in its environment."""
+
+
+def runner_settings(settings: Settings) -> Settings:
+    """What a runner is sent: ``settings`` with every ``RUNNER_SECRETS`` field at its default."""
+    return settings.model_copy(
+        update={name: Settings.model_fields[name].default for name in RUNNER_SECRETS})
+
+
+def runner_environment(build: Variant) -> dict[str, str]:
+    """The runner's environment for ``build``, without the ``DECIDE_*`` variables of
+    ``RUNNER_SECRETS`` (read in any case, as the settings read them)."""
+    secret = {f"DECIDE_{name.upper()}" for name in RUNNER_SECRETS}
+    return {name: value for name, value in environment_for(build).items()
+            if name.upper() not in secret}
+
+
 class RunnerCrashed(RuntimeError):
     """The runner died while it decoded: the job it held did not finish."""
 
@@ -105,10 +124,10 @@ class Runner:
                 with theirs:
                     self._process = subprocess.Popen(
                         [*self._argv, "--fd", str(theirs.fileno())],
-                        pass_fds=[theirs.fileno()], env=environment_for(self.build),
+                        pass_fds=[theirs.fileno()], env=runner_environment(self.build),
                         start_new_session=True)
                 self._connection = Connection(ours.detach())
-                self._connection.send(("init", self._settings, self._model))
+                self._connection.send(("init", runner_settings(self._settings), self._model))
             except OSError as error:  # no process, no memory, no descriptors: try again later
                 self._start_failed(f"the runner could not be started: {error}",
                                    build_fault=False)
