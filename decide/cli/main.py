@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="start the HTTP API (embedded: with a worker)")
     serve.add_argument("--host", help="address to listen on (default DECIDE_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default DECIDE_PORT, 8000)")
+    serve.add_argument("--insecure-no-keys", action="store_true",
+                       help="listen beyond loopback with no API keys (the API open to anyone "
+                            "who reaches it); without it, that is refused")
     serve.add_argument("--workers", type=int, default=1,
                        help="front-door processes (distributed setup only; metrics are merged "
                             "through PROMETHEUS_MULTIPROC_DIR)")

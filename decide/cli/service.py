@@ -120,12 +120,13 @@ def keys_command(args: argparse.Namespace) -> int:
 def serve_command(args: argparse.Namespace) -> int:
     import tempfile
 
-    import uvicorn
-
     from decide.config.settings import Settings
 
     settings = Settings()
     host, port = args.host or settings.host, args.port or settings.port
+    check_exposure(host, settings.key_list, insecure=args.insecure_no_keys)
+    import uvicorn
+
     if args.workers > 1:
         if settings.embedded:
             raise UsageError("the embedded service is one process; set DECIDE_BROKER_URL and "
@@ -139,6 +140,20 @@ def serve_command(args: argparse.Namespace) -> int:
 
     uvicorn.run(make_app(), host=host, port=port, log_level="info")
     return 0
+
+
+def check_exposure(host: str, keys: list[str], *, insecure: bool) -> None:
+    """Refuse to serve an open API past loopback unless ``--insecure-no-keys``, then warn
+    (checked before anything is loaded, so the refusal comes at once)."""
+    import logging
+
+    from decide.cli.exposure import open_beyond_loopback, open_warning, refusal
+
+    if not open_beyond_loopback(host, keys):
+        return
+    if not insecure:
+        raise UsageError(refusal(host))
+    logging.getLogger("decide.serve").warning(open_warning(host))
 
 
 def check_command(args: argparse.Namespace) -> int:
