@@ -41,6 +41,8 @@ log = logging.getLogger("decide.api")
 ROWS_PER_SECOND_GUESS = 20
 """A conservative decode rate, for the Retry-After of a backlog over its limit."""
 MAX_RETRY_SECONDS = 300
+KEY_BUSY_RETRY_SECONDS = 5
+"""Retry-After when the key's lock is held past ``lock_timeout`` (a large batch being stored)."""
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,12 @@ class Admission:
         self.rate: RateState | None = None
 
     def __call__(self, transaction: quota.Transaction, charge: quota.Charge) -> None:
-        backlog = quota.locked_backlog(transaction, self._owner)
+        try:
+            backlog = quota.locked_backlog(transaction, self._owner)
+        except quota.KeyBusy as busy:
+            raise ApiError(429, "rate_limit_error",
+                           "another submission of this API key is still being stored (a large "
+                           f"batch); retry after {KEY_BUSY_RETRY_SECONDS} s",
+                           headers={"Retry-After": str(KEY_BUSY_RETRY_SECONDS)}) from busy
         self._quotas.refuse_past(backlog, self._priority, charge)
         self.rate = self._quotas.take_rows(self._owner, self._rows)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, func, select, text
+from sqlalchemy.exc import OperationalError
 
 from decide.store.tables import jobs
 
@@ -26,6 +27,12 @@ QUEUED = "queued"
 LOCK_SPACE = 0x51554F54
 """The first key of the two-key advisory locks on owners ("QUOT"); PostgreSQL keeps two-key
 locks apart from one-key ones (the delivery leader's)."""
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+class KeyBusy(Exception):
+    """The key's lock was not had within the session's ``lock_timeout``: another submission of
+    the key (a large batch: 100,000 items take seconds to store) holds it."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +78,13 @@ def lock_owner(transaction: Transaction, owner: str) -> None:
     """Hold the key's lock until the transaction ends (PostgreSQL: per owner; SQLite: the
     writer lock, which must be the transaction's first statement to be taken before reads)."""
     if transaction.dialect.name == "postgresql":
-        transaction.execute(text("SELECT pg_advisory_xact_lock(:space, hashtext(:owner))"),
-                            {"space": LOCK_SPACE, "owner": owner})
+        try:
+            transaction.execute(text("SELECT pg_advisory_xact_lock(:space, hashtext(:owner))"),
+                                {"space": LOCK_SPACE, "owner": owner})
+        except OperationalError as error:
+            if getattr(error.orig, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+                raise KeyBusy(owner) from error
+            raise
         return
     if transaction.connection.dbapi_connection.in_transaction:  # type: ignore[union-attr]
         raise RuntimeError("the quota lock must open the transaction that stores the work")

@@ -22,6 +22,7 @@ from decide.api.errors import ApiError
 from decide.api.quotas import ONE_REQUEST_BYTES, ONE_REQUEST_ROWS, Quotas, fits
 from decide.api.submit import check_lane
 from decide.config.settings import Settings
+from decide.store import quota
 from decide.store.quota import Backlog, Charge
 from tests.slow_work import distinct_nouls
 from tests.support.local import LocalCluster
@@ -121,6 +122,17 @@ def test_a_batch_counts_against_the_per_minute_window():
     refused = refusal(lambda: rules.take_rows("key-a", 10))
     assert refused.status == 429 and "DECIDE_KEY_ROWS_PER_MINUTE" in refused.message
     assert rules.take_rows("key-b", 1_024) is not None  # another key's window is its own
+
+
+def test_a_busy_key_is_told_to_retry_not_that_the_database_is_away(monkeypatch):
+    def busy(transaction, owner):
+        raise quota.KeyBusy(owner)
+
+    monkeypatch.setattr(quota, "locked_backlog", busy)
+    admission = quotas().admission("key-a", "background", 10)
+    refused = refusal(lambda: admission(None, Charge(rows=10, bytes=10)))
+    assert refused.status == 429 and refused.headers["Retry-After"] == "5"
+    assert "still being stored" in refused.message and admission.rate is None
 
 
 # -- through real front doors on PostgreSQL ---------------------------------------------------

@@ -238,3 +238,25 @@ def test_a_taught_question_is_admitted_in_its_own_transaction(db):
                                        admit=within(QUOTA_ROWS, "key-a"))
     assert job.request_bytes == charged[0].bytes and record.job_id == job.id
     assert quota.owner_backlog(db, "key-a").bytes == job.request_bytes
+
+
+def test_a_key_locked_past_the_lock_timeout_is_busy_not_unreachable(postgres_url):
+    """Behind its own large batch a key's next submission gives up at ``lock_timeout`` with
+    ``KeyBusy`` (the front door answers 429), not a database error (a 503 'unreachable')."""
+    from decide.store.db import make_engine
+    from decide.store.migrate import upgrade
+
+    upgrade(postgres_url)
+    engine = make_engine(f"{postgres_url}?options=-c%20lock_timeout%3D300ms")
+    try:
+        with engine.begin() as holding:
+            quota.lock_owner(holding, "key-a")
+            started = time.monotonic()
+            with pytest.raises(quota.KeyBusy):
+                jobs.create_job(engine, owner="key-a", model="m", priority="background",
+                                request={}, metadata=None, rows=1, input_tokens=1,
+                                admit=within(QUOTA_ROWS, "key-a"))
+            assert time.monotonic() - started < 3
+        assert queued_rows(engine, "key-a") == 0
+    finally:
+        engine.dispose()
