@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, select, update
 
+from decide.store import counts
 from decide.store.clock import read_database_now
 from decide.store.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, STATUSES, new_id
 from decide.store.quota import Admit, Charge, batch_item_bytes
@@ -89,6 +90,8 @@ def create_batch(db: Engine, *, owner: str, model: str, priority: str,
                  "batch_id": batch_id, "item_index": index, "custom_id": custom_id}
                 for index, (custom_id, state) in enumerate(items[start:start + INSERT_CHUNK],
                                                            start=start)])
+        counts.count_new_batch(connection, batch_id=batch_id, model=model, priority=priority,
+                               items=len(items), rows_per_item=rows_per_item)
     batch = get_batch(db, batch_id, owner)
     assert batch is not None
     return batch, job_ids
@@ -111,17 +114,25 @@ def list_batches(db: Engine, *, owner: str, limit: int, after: str | None) -> li
 
 
 def progress(db: Engine, batch_id: str) -> Progress:
-    with db.connect() as connection:
-        rows = connection.execute(
-            select(jobs.c.status, func.count(), func.max(jobs.c.finished_at))
-            .where(jobs.c.batch_id == batch_id).group_by(jobs.c.status)).all()
-    counts = dict.fromkeys(STATUSES, 0)
+    return progress_of(db, [batch_id])[batch_id]
+
+
+def progress_of(db: Engine, batch_ids: list[str]) -> dict[str, Progress]:
+    """Each batch's items by status and its latest finish, read from the counts kept on write
+    (``store.counts``): a page of batches of 25,000 items each costs a few rows per batch, not
+    a count of its items."""
+    figures = counts.batch_figures(db, batch_ids)
+    return {batch_id: _progress(figures[batch_id]) for batch_id in batch_ids}
+
+
+def _progress(by_status: dict[str, tuple[int, float | None]]) -> Progress:
+    tally = dict.fromkeys(STATUSES, 0)
     last = None
-    for status, count, finished_at in rows:
-        counts[status] = int(count)
-        if status in FINISHED and finished_at is not None:
+    for status, (items, finished_at) in by_status.items():
+        tally[status] = items
+        if status in FINISHED and items and finished_at is not None:
             last = finished_at if last is None else max(last, finished_at)
-    return Progress(counts=counts, last_finished_at=last)
+    return Progress(counts=tally, last_finished_at=last)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Float,
@@ -138,3 +139,38 @@ usage = Table(
     Column("rows", Integer, nullable=False),
     Index("ix_usage_owner_time", "owner", "finished_at"),
 )
+
+lane_counts = Table(
+    "lane_counts", metadata,
+    Column("model", String(200), primary_key=True),
+    Column("priority", String(16), primary_key=True),
+    Column("status", String(16), primary_key=True),
+    Column("jobs", BigInteger, nullable=False),
+    Column("rows", BigInteger, nullable=False),
+)
+"""Jobs and rows per lane and status, kept by triggers on ``jobs`` (``store.counts``)."""
+
+batch_counts = Table(
+    "batch_counts", metadata,
+    Column("batch_id", String(40), primary_key=True),
+    Column("status", String(16), primary_key=True),
+    Column("jobs", BigInteger, nullable=False),
+    Column("last_finished_at", Float, nullable=True),
+)
+"""Items per batch and status, and the latest finish, kept by triggers on ``jobs``."""
+
+count_deltas = Table(
+    "count_deltas", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("model", String(200), nullable=False),
+    Column("priority", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("batch_id", String(40), nullable=True),
+    Column("jobs", BigInteger, nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("last_finished_at", Float, nullable=True),
+    Index("ix_count_deltas_lane", "model", "priority", "status"),
+    Index("ix_count_deltas_batch", "batch_id"),
+)
+"""PostgreSQL's changes to the counts, one row per statement and group, not folded yet."""

@@ -24,7 +24,7 @@ import threading
 import time
 
 from decide.core.protocol import FOREGROUND, PRIORITIES
-from decide.store import jobs
+from decide.store import counts, jobs
 from decide.store.db import Database, gave_up_on_a_lock
 from decide.store.leader import SessionLock
 from decide.store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
@@ -65,7 +65,7 @@ class Delivery:
         self._lock = SessionLock(db)
         self._lock_touched = -float("inf")
         self._last_repair = -float("inf")
-        self._turns = {(model, priority): KeyTurns() for model in models for priority in PRIORITIES}
+        self._turns: dict[tuple[str, str], KeyTurns] = {}
         self._live_workers: dict[str, int] = {}
 
     def start(self) -> None:
@@ -127,8 +127,10 @@ class Delivery:
             self._last_repair = now
             self._clean_up()
         self._retention.apply_if_due()
-        lengths = self._broker.lane_lengths(self._models)
-        for model in self._models:
+        counts.fold(self._db)  # the job counts' deltas into the counts (store.counts)
+        models = self._fed_models()
+        lengths = self._broker.lane_lengths(models)
+        for model in models:
             for priority in PRIORITIES:
                 self._refill(model, priority, lengths[(model, priority)], repairing)
 
@@ -182,10 +184,15 @@ class Delivery:
         room = window - in_redis
         waiting = jobs.unsent_by_owner(self._db, model=model, priority=priority,
                                        per_owner=room)
-        job_ids = self._turns[(model, priority)].pick(waiting, room)
+        job_ids = self._turns.setdefault((model, priority), KeyTurns()).pick(waiting, room)
         for job_id in job_ids:
             self._broker.send(job_id, model, priority)
         jobs.mark_sent(self._db, job_ids)
+
+    def _fed_models(self) -> list[str]:
+        """The models of this worker's models file, and every model a live worker serves: the
+        leader feeds the whole fleet's lanes, not only those of its own models."""
+        return sorted(set(self._models) | set(self._live_workers))
 
     def _window(self, model: str, priority: str) -> int:
         """How many messages a lane's Redis list is topped up to."""

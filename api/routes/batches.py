@@ -78,5 +78,6 @@ def list_batches(ctx: Context, owner: Owner,
     page = batches.list_batches(ctx.db, owner=owner, limit=limit + 1, after=after)
     more = len(page) > limit
     page = page[:limit]
-    return {"object": "list", "data": [_view(ctx, batch) for batch in page],
+    progress = batches.progress_of(ctx.db, [batch.id for batch in page])
+    return {"object": "list", "data": [batch_view(batch, progress[batch.id]) for batch in page],
             "has_more": more, "after": page[-1].id if more else None}
