@@ -489,13 +489,25 @@ def release_crashed(db: Engine, job_id: str, *, max_attempts: int, worker_id: st
     """A running job whose decoding process crashed while its worker lived on: back to the
     queue with attempts left, else failed (``worker_crashed``). With ``worker_id``, only while
     that worker holds it; with ``attempt``, only under that claim. Returns the new status; None
-    when the job was not running (any more, e.g. finished meanwhile), or not that claim's."""
+    when the job was not running (any more, e.g. finished meanwhile), or not that claim's.
+
+    A job its owner cancelled meanwhile ends ``cancelled`` instead: a cancel sent while the
+    decode hung (a runner the watchdog killed) is not undone by decoding the job again."""
     where = _held(job_id, worker_id, attempt)
+    if _again_if_disconnected(lambda: _end_cancelled(db, where)):
+        return CANCELLED
     requeued, failed = _again_if_disconnected(
         lambda: _settle_crashed(db, where, max_attempts, cause))
     if requeued:
         return QUEUED
     return FAILED if failed else None
+
+
+def _end_cancelled(db: Engine, where: tuple[Any, ...]) -> bool:
+    with db.begin() as connection:
+        return connection.execute(
+            update(jobs).where(*where, jobs.c.cancel_requested.is_(True))
+            .values(status=CANCELLED, finished_at=database_now(db))).rowcount > 0
 
 
 def _held(job_id: str, worker_id: str | None, attempt: int | None) -> tuple[Any, ...]:

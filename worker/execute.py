@@ -184,7 +184,7 @@ def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: st
               status, job.decode_runs, max_attempts)
     if status == jobs.QUEUED and on_requeued is not None:
         on_requeued(job.id)
-    if status == jobs.FAILED:
+    if status in (jobs.FAILED, jobs.CANCELLED):
         metrics.jobs_finished.labels(job.model, job.priority, status).inc()
         if job.batch_id is None:
             _announce(on_finished, job.id)

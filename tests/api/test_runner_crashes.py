@@ -174,3 +174,30 @@ def test_a_hung_runner_is_killed_and_its_job_finished_by_the_next(watchful_serve
         assert "ready" in detail
     assert "made no progress" in (watchful_server.root / "server.log").read_text()
     assert watchful_server.alive()
+
+
+def test_a_cancel_sent_while_the_runner_hangs_ends_the_job_cancelled_within_the_bound(
+        watchful_server):
+    """DELETE of a job whose runner is frozen mid-decode: the watchdog ends the decode within
+    its bound (4 s here) and the job ends cancelled then, not decoded a second time."""
+    import sqlite3
+
+    with watchful_server.client() as client:
+        pid = runner_pid(client)
+        job_id = submit(client, "Where is my parcel?", distinct_nouls(40), priority="background")
+        wait_for_status(client, job_id, ("running",), 60)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            assert client.delete(f"/v1/jobs/{job_id}").json()["status"] == "running"
+            asked = time.monotonic()
+            job = wait_for_status(client, job_id, ("cancelled", "succeeded", "failed"), 60)
+            took = time.monotonic() - asked
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        assert job["status"] == "cancelled", job
+        assert took < 4 + 15, f"the cancel took {took:.1f} s to reach a hung decode"
+    with sqlite3.connect(watchful_server.root / "jobs.db") as db:
+        (runs,) = db.execute("SELECT decode_runs FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    assert runs == 1  # ended by the cancel, never claimed again
+    assert watchful_server.alive()

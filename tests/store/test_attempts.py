@@ -236,3 +236,14 @@ def test_unclaim_puts_a_job_back_without_counting_the_claim(db):
     assert (back.status, back.decode_runs, back.worker_id, back.sent_at) == (
         jobs.QUEUED, 0, None, None)
     assert jobs.unclaim(db, job_id) is False
+
+
+def test_a_job_cancelled_while_its_decode_crashed_ends_cancelled_not_requeued(db):
+    job_id = new(db)
+    claimed = claim(db, job_id)
+    assert jobs.cancel_job(db, job_id, "alice").cancel_requested
+    assert jobs.release_crashed(db, job_id, max_attempts=3, worker_id=DEAD,
+                                attempt=claimed.decode_runs) == jobs.CANCELLED
+    ended = jobs.get_job(db, job_id)
+    assert (ended.status, ended.decode_runs) == (jobs.CANCELLED, 1)
+    assert ended.finished_at is not None and usage_rows(db) == 0
