@@ -69,6 +69,8 @@ class SharedReads:
             loop = asyncio.get_running_loop()
             latest = _Read(loop.time(), asyncio.ensure_future(
                 run_in_threadpool(jobs.get_job, ctx.db, job_id, owner)))
+            # its error is each waiter's to raise; none left to wait is no error to report
+            latest.result.add_done_callback(lambda done: done.cancelled() or done.exception())
             self._latest[key] = latest
         # shielded: a waiter that leaves (its caller hung up) does not end the others' read
         return await asyncio.shield(latest.result)
