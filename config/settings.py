@@ -80,9 +80,10 @@ class Settings(BaseSettings):
     the crash path (tried again on a new runner, ``worker_crashed`` after ``max_attempts``).
     ``/ready`` reports a decode without progress for half of that as stalled."""
     max_attempts: int = Field(default=3, ge=1)
-    """How many times a job may be claimed by a worker that then died (a killed process, a
-    crashed decoding runner) before the job ends ``failed`` with ``worker_crashed``: a job that
-    crashes workers would otherwise crash every worker in turn, for ever."""
+    """How many times a job's own decode may crash (its decoding runner died, or hung and was
+    killed) before the job ends ``failed`` with ``worker_crashed``: a job that crashes workers
+    would otherwise crash every worker in turn, for ever. A worker that vanishes under a job
+    counts no attempt (``store.jobs.VANISHED_CLAIMS_PER_ATTEMPT`` bounds those)."""
 
     @property
     def embedded(self) -> bool:

@@ -120,7 +120,7 @@ def run_worker(settings: Settings, model_name: str | None, metrics_port: int | N
                           metrics_port=metrics_port)
     delivery = Delivery(db=db, broker=broker, models=list(catalog.models),
                         retention_days=settings.retention_days,
-                        max_attempts=settings.max_attempts)
+                        max_attempts=settings.max_attempts, worker_id=worker_id)
     # Until Celery installs its own handlers, a SIGTERM must still unwind through `finally`,
     # so a worker stopped while starting leaves at once instead of looking alive for 10 s.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)

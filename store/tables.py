@@ -52,6 +52,7 @@ jobs = Table(
     Column("sync_waiters", Integer, nullable=False, default=0, server_default="0"),
     Column("kind", String(16), nullable=False, default="decision", server_default="decision"),
     Column("request_bytes", Integer, nullable=False, default=0, server_default="0"),
+    Column("crashes", Integer, nullable=False, default=0, server_default="0"),
     UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
     Index("ix_jobs_owner_id", "owner", "id"),
     Index("ix_jobs_lane", "status", "model", "priority", "created_at"),

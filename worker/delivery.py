@@ -11,9 +11,10 @@ backlog puts at most that many of its jobs ahead of another key's:
     restarted empty, FLUSHALL, a worker that died between taking and claiming it) is sent
     again. Compared by id, not by counts: a busy worker's one message in hand does not hide a
     lost one. A message a busy worker really holds is sent once more, harmlessly;
-  * a job running on a worker that stopped beating (SIGKILL) goes back to the queue, unless
-    workers died on it ``max_attempts`` times already: then it ends failed (worker_crashed),
-    and whoever waits on it is told.
+  * a job running on a worker that stopped beating (SIGKILL) goes back to the queue, with no
+    attempt counted, unless workers vanished under it ``VANISHED_CLAIMS_PER_ATTEMPT ×
+    max_attempts`` times already: then it ends failed (worker_crashed), and whoever waits on
+    it is told.
 Sending a job twice is harmless: a worker claims it with a conditional UPDATE or skips it.
 """
 
@@ -54,8 +55,12 @@ it always finds out before it acts."""
 
 class Delivery:
     def __init__(self, *, db: Database, broker: Broker, models: list[str],
-                 retention_days: float = 30.0, max_attempts: int = 3) -> None:
+                 retention_days: float = 30.0, max_attempts: int = 3,
+                 worker_id: str | None = None) -> None:
+        """``worker_id``: the worker this loop runs in, which the loop never takes for dead
+        (its heartbeats may fail, a frozen session holding its row, while it works on)."""
         self._db = db
+        self._own_worker = () if worker_id is None else (worker_id,)
         self._max_attempts = max_attempts
         self._retention = Retention(db, retention_days)
         self._broker = broker
@@ -160,12 +165,14 @@ class Delivery:
         one is announced, so a front door waiting on it answers now rather than at its
         timeout."""
         requeued, failed = jobs.requeue_abandoned(self._db, dead_after=DEAD_AFTER_SECONDS,
-                                                  max_attempts=self._max_attempts)
+                                                  max_attempts=self._max_attempts,
+                                                  known_alive=self._own_worker)
         if requeued:
             log.warning("re-queued %d jobs of workers that stopped", requeued)
         if failed:
-            log.warning("%d jobs failed with %s, their workers having died %d times or more: %s",
-                        len(failed), jobs.WORKER_CRASHED, self._max_attempts, ", ".join(failed))
+            log.warning("%d jobs failed with %s, their workers having vanished %d times or "
+                        "more: %s", len(failed), jobs.WORKER_CRASHED,
+                        jobs.VANISHED_CLAIMS_PER_ATTEMPT * self._max_attempts, ", ".join(failed))
         for job_id in failed:
             self._broker.publish_finished(job_id)
 

@@ -137,8 +137,8 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
 
     A background job calls ``yield_to_foreground`` before each row: it decodes any foreground
     job waiting meanwhile, so a foreground job waits at most for one background row. A job
-    whose runner died (``RunnerCrashed``) is queued again, through ``on_requeued``, until it
-    has been claimed ``max_attempts`` times; then it ends failed with ``worker_crashed``."""
+    whose runner died (``RunnerCrashed``) is queued again, through ``on_requeued``, until its
+    decode has crashed ``max_attempts`` times; then it ends failed with ``worker_crashed``."""
     job = _claim(db, job_id, worker_id)
     if job is None:
         return None
@@ -180,8 +180,8 @@ def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: st
                  on_requeued: Callable[[str], None] | None) -> str | None:
     status = jobs.release_crashed(db, job.id, max_attempts=max_attempts, worker_id=worker_id,
                                   cause=cause, attempt=job.decode_runs)
-    log.error("job %s: %s; the job is %s (claimed %d of at most %d times)", job.id, cause,
-              status, job.decode_runs, max_attempts)
+    log.error("job %s: %s; the job is %s (its decode crashed %d of at most %d times)", job.id,
+              cause, status, job.crashes + 1, max_attempts)
     if status == jobs.QUEUED and on_requeued is not None:
         on_requeued(job.id)
     if status in (jobs.FAILED, jobs.CANCELLED):

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from decide.api.views import batch_view
 from decide.config.settings import Settings
 from decide.store import batches, jobs
+from decide.store.tables import jobs as jobs_table
 from decide.store.tables import usage
 from decide.store.workers import beat
 
@@ -83,7 +84,7 @@ def test_max_attempts_setting_defaults_to_3_and_rejects_less_than_1(monkeypatch)
 def test_crashed_error_names_the_count_the_cause_and_the_setting():
     error = jobs.crashed_error(3, 3, "the decoding runner was killed by SIGSEGV")
     assert set(error) == {"error_type", "message"} and error["error_type"] == "worker_crashed"
-    assert "died 3 times while decoding this job" in error["message"]
+    assert "the decoding process died 3 times while decoding this job" in error["message"]
     assert "killed by SIGSEGV" in error["message"]
     assert "not tried again" in error["message"] and "DECIDE_MAX_ATTEMPTS" in error["message"]
     assert "died once" in jobs.crashed_error(1, 1)["message"]
@@ -97,49 +98,90 @@ def test_every_claim_counts_an_attempt(db):
     assert jobs.get_job(db, job_id).decode_runs == 2
 
 
-def test_an_abandoned_job_is_requeued_until_its_last_attempt_then_fails(db):
+def abandon_until_runs(db, job_id: str, runs: int, max_attempts: int = 3) -> None:
+    """Claim, and lose the worker, until the job has ``runs`` claims and is running (on
+    DEAD)."""
+    for _ in range(runs - 1):
+        claim(db, job_id)
+        assert abandon(db, max_attempts) == (1, [])
+    claim(db, job_id)
+
+
+def assert_vanished(db, job_id: str, claims: int, max_attempts: int = 3) -> jobs.JobRecord:
+    job = jobs.get_job(db, job_id)
+    assert job.status == jobs.FAILED and job.decode_runs == claims
+    assert job.error["error_type"] == jobs.WORKER_CRASHED
+    assert f"its worker stopped {claims} times" in job.error["message"]
+    assert f"DECIDE_MAX_ATTEMPTS being {max_attempts}" in job.error["message"]
+    assert jobs.claim_job(db, job_id, ALIVE) is None  # failed stays failed
+    return job
+
+
+def test_a_job_whose_workers_vanish_counts_no_attempt_until_the_fleet_guard(db):
+    """Three SIGKILLs after a stop grace (or database outages long enough to look dead) leave
+    a healthy job queued: only its own decode's crashes count against DECIDE_MAX_ATTEMPTS.
+    Workers vanishing under it 3 × DECIDE_MAX_ATTEMPTS times (a decode that takes its whole
+    container down) end it."""
     job_id, kept = new(db), new(db)
     claim(db, kept, ALIVE)  # a live worker's job is left alone throughout
-    for runs in (1, 2):
+    limit = jobs.VANISHED_CLAIMS_PER_ATTEMPT * 3
+    for runs in range(1, limit):
         claim(db, job_id)
         sent = jobs.get_job(db, job_id)
         assert sent.worker_id == DEAD and sent.started_at is not None
         assert abandon(db) == (1, [])
         assert_requeued(db, job_id, runs)
+        assert jobs.get_job(db, job_id).crashes == 0
     claim(db, job_id)
     assert abandon(db) == (0, [job_id])
-    assert_crashed(db, job_id, 3)
+    assert_vanished(db, job_id, limit)
     kept_job = jobs.get_job(db, kept)
     assert kept_job.status == jobs.RUNNING and kept_job.worker_id == ALIVE
     assert abandon(db) == (0, [])  # nothing left to repair
 
 
+def test_a_vanished_worker_adds_no_crash_to_a_job_that_crashed_before(db):
+    job_id = new(db)
+    crash_until_runs(db, job_id, 3)  # two crashes of its own, now running a third time
+    assert abandon(db) == (1, [])
+    assert jobs.get_job(db, job_id).crashes == 2
+    claim(db, job_id)
+    assert jobs.release_crashed(db, job_id, max_attempts=3) == jobs.FAILED
+    assert "died 3 times" in jobs.get_job(db, job_id).error["message"]
+
+
 def test_one_repair_requeues_some_and_fails_others_each_with_its_own_count(db):
-    fresh, second, third, fourth = new(db), new(db), new(db), new(db)
-    crash_until_runs(db, second, 2)
-    crash_until_runs(db, third, 3)
-    crash_until_runs(db, fourth, 4)  # more claims than the limit: the limit was lowered
+    fresh, crashed, at_limit, past = new(db), new(db), new(db), new(db)
+    crash_until_runs(db, crashed, 3)  # its own crashes do not make a vanished worker count
+    for job_id, claims in ((at_limit, 6), (past, 7)):  # past: the limit was lowered since
+        claim(db, job_id)
+        with db.begin() as connection:
+            connection.execute(update(jobs_table).where(jobs_table.c.id == job_id)
+                               .values(decode_runs=claims))
     claim(db, fresh)
-    requeued, failed = abandon(db, max_attempts=3)
-    assert requeued == 2 and sorted(failed) == sorted([third, fourth])
+    requeued, failed = abandon(db, max_attempts=2)
+    assert requeued == 2 and sorted(failed) == sorted([at_limit, past])
     assert_requeued(db, fresh, 1)
-    assert_requeued(db, second, 2)
-    assert_crashed(db, third, 3)
-    assert_crashed(db, fourth, 4)
+    assert_requeued(db, crashed, 3)
+    assert_vanished(db, at_limit, 6, max_attempts=2)
+    assert_vanished(db, past, 7, max_attempts=2)
 
 
 def test_requeue_running_requeues_then_fails_and_keeps_to_its_model(db):
+    """A restart of the embedded process counts no attempt; restarts under the same job
+    past the fleet guard end it."""
     job_id, other = new(db), new(db, model="other")
     crash_until_runs(db, job_id, 2)
     claim(db, other)
     assert jobs.requeue_running(db, "m", max_attempts=3) == (1, [])
     assert_requeued(db, job_id, 2)
+    assert jobs.get_job(db, job_id).crashes == 1
     assert jobs.get_job(db, other).status == jobs.RUNNING  # another model's: not ours
     claim(db, job_id)
-    assert jobs.requeue_running(db, "m", max_attempts=3) == (0, [job_id])
-    assert_crashed(db, job_id, 3)
-    assert jobs.requeue_running(db, max_attempts=1) == (0, [other])
-    assert "died once" in jobs.get_job(db, other).error["message"]
+    assert jobs.requeue_running(db, "m", max_attempts=1) == (0, [job_id])  # 3 claims of 3
+    assert_vanished(db, job_id, 3, max_attempts=1)
+    assert jobs.requeue_running(db, max_attempts=3) == (1, [])
+    assert jobs.get_job(db, other).status == jobs.QUEUED
 
 
 def test_release_crashed_requeues_with_attempts_left(db):
@@ -217,12 +259,12 @@ def test_delivery_fails_a_poison_job_and_announces_it(db, caplog):
     from decide.worker.delivery import Delivery
 
     poison, fresh = new(db), new(db)
-    crash_until_runs(db, poison, 2)
+    abandon_until_runs(db, poison, 6, max_attempts=2)  # its workers vanished 6 times
     claim(db, fresh)
     broker = RecordingBroker()
     Delivery(db=db, broker=broker, models=["m"], max_attempts=2).tick()
     assert broker.finished == [poison]
-    assert_crashed(db, poison, 2, max_attempts=2)
+    assert_vanished(db, poison, 6, max_attempts=2)
     assert broker.sent == [fresh]  # re-queued, then sent again
     assert any(poison in record.getMessage() for record in caplog.records)
 

@@ -39,3 +39,14 @@ def test_a_leader_feeds_the_lanes_of_models_only_other_workers_serve(db):
     Delivery(db=db, broker=broker, models=["m"]).tick()
     assert sorted(broker.sent) == sorted([(own, "m"), (theirs, "other")])
     assert nobodys not in {job_id for job_id, _ in broker.sent}  # no worker would take it
+
+
+def test_a_leader_never_takes_its_own_worker_for_dead(db):
+    """Its heartbeats cannot land (a frozen session holds its row), yet it runs this very
+    loop: its own job is not re-queued under it, another silent worker's is."""
+    own, other = queued(db, "m"), queued(db, "m")
+    assert jobs.claim_job(db, own, "w-leader") is not None
+    assert jobs.claim_job(db, other, "w-silent") is not None
+    Delivery(db=db, broker=LaneRecorder(), models=["m"], worker_id="w-leader").tick()
+    assert jobs.get_job(db, own).status == jobs.RUNNING
+    assert jobs.get_job(db, other).status == jobs.QUEUED
