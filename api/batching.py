@@ -18,7 +18,7 @@ from decide.api.taught import resolve_taught
 from decide.core.engine import DecisionEngine, row_count
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.core.protocol import BLANK_STATE, DecisionRequest, is_blank_state, parse_request
-from decide.core.questions import json_kind
+from decide.core.questions import MAX_ID_CHARS, json_kind
 from decide.core.render import render_state
 from decide.core.rows import CONTEXT_HEAD
 from decide.store import batches
@@ -96,6 +96,9 @@ def _item_problem(item: Any, seen: set[str]) -> tuple[tuple[str, ...], str] | No
     custom_id = item.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
         return ("custom_id",), "custom_id must be a non-empty string"
+    if len(custom_id) > MAX_ID_CHARS:
+        return ("custom_id",), (f"custom_id must be at most {MAX_ID_CHARS} characters; this "
+                                f"one has {len(custom_id):,}")
     if custom_id in seen:
         return ("custom_id",), f"custom_id {custom_id!r} appears twice; ids must be unique"
     if not isinstance(item.get("state"), (str, dict, list)):

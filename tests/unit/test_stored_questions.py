@@ -74,3 +74,16 @@ def test_a_question_id_over_its_bound_is_refused():
     assert f"at most {MAX_ID_CHARS} characters" in error["msg"]
     parse_request({"state": "s", "questions": {"q" * MAX_ID_CHARS: {
         "type": "noul", "instructions": "Refund?"}}})
+
+
+def test_a_batch_item_id_over_its_bound_is_refused_naming_the_item():
+    from decide.api.batching import _items
+
+    long_id = "c" * (MAX_ID_CHARS + 1)
+    with pytest.raises(InvalidRequest) as caught:
+        _items([{"custom_id": "ok", "state": "s"}, {"custom_id": long_id, "state": "s"}])
+    [error] = [error.as_dict() for error in caught.value.errors]
+    assert error["loc"] == ["body", "items", 1, "custom_id"]
+    assert f"at most {MAX_ID_CHARS} characters" in error["msg"]
+    assert _items([{"custom_id": "c" * MAX_ID_CHARS, "state": "s"}]) == [
+        ("c" * MAX_ID_CHARS, "s")]
