@@ -657,17 +657,6 @@ def queued_rows(db: Engine, *, model: str, priority: str) -> int:
     return counts.lane_rows(db, model=model, priority=priority, status=QUEUED)
 
 
-def owner_queued_rows(db: Engine, *, owner: str) -> dict[str, int]:
-    """Rows one key has waiting, by lane (all models): what its backlog quota counts, over
-    the index ``ix_jobs_owner_queued``."""
-    with db.connect() as connection:
-        rows = connection.execute(
-            select(jobs.c.priority, func.sum(jobs.c.rows))
-            .where(jobs.c.owner == owner, jobs.c.status == QUEUED)
-            .group_by(jobs.c.priority)).all()
-    return {priority: int(total or 0) for priority, total in rows}
-
-
 def retention_cutoff(db: Engine, retention_seconds: float) -> float:
     """``retention_seconds`` ago by the database's clock: a worker whose own clock runs hours
     ahead must not expire the queue, nor one running behind keep what should go."""

@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import text
 
 from decide.store import batches, jobs
+from decide.store.quota import owner_backlog
 
 
 def queue(db, owner: str, count: int, *, priority: str = "background", rows: int = 1,
@@ -37,8 +38,8 @@ def test_a_keys_queued_rows_by_lane_and_a_lanes_sum(db):
     claimed = jobs.claim_job(db, done[0])
     assert claimed is not None
     queue(db, "key-b", 2, rows=7)
-    assert jobs.owner_queued_rows(db, owner="key-a") == {"background": 12, "foreground": 10}
-    assert jobs.owner_queued_rows(db, owner="nobody") == {}
+    assert owner_backlog(db, "key-a").rows == {"background": 12, "foreground": 10}
+    assert owner_backlog(db, "nobody").empty
     assert jobs.queued_rows(db, model="m", priority="background") == 12 + 14
 
 
