@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install start test lint bench
+.PHONY: install start test unit lint bench
 
 # A virtual environment with the whole service (the `server` extra) and the test tools.
 # llama-cpp-python is built from source for a portable CPU baseline by ops/build-llama.sh (a few
@@ -34,6 +34,10 @@ lint: install
 test: lint
 	$(PY) -m tests.preflight
 	$(PY) -m pytest
+
+# The in-process tier alone (tests/unit, pytest's `unit` marker): seconds, for while you work.
+unit: install
+	$(PY) -m pytest -m unit -q
 
 bench: install
 	$(PY) benchmarks/engine.py

@@ -13,6 +13,18 @@ from decide.worker.in_process import use_runner_build
 use_runner_build(Settings())
 
 
+TIERS = ("unit", "api", "model", "store", "distributed", "ops")
+"""Each test folder is a tier, marked by its name: ``pytest -m unit`` (``make unit``) runs the
+in-process tier alone, in seconds."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = item.path.parent.name
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
+
+
 @pytest.fixture(scope="session")
 def settings():
     from decide.config.settings import Settings
