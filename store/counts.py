@@ -77,9 +77,12 @@ def forget_emptied_batches(connection: Connection) -> None:
     connection.execute(batch_counts.delete().where(batch_counts.c.jobs == 0))
 
 
-def lane_figures(db: Engine, statuses: Iterable[str]) -> dict[tuple[str, str, str], tuple[int,
-                                                                                             int]]:
-    """(model, priority, status) → (jobs, rows), for the given statuses, every lane."""
+LaneFigures = dict[tuple[str, str, str], tuple[int, int]]
+"""(model, priority, status) → (jobs, rows)."""
+
+
+def lane_figures(db: Engine, statuses: Iterable[str]) -> LaneFigures:
+    """Jobs and rows of every lane in each of the given statuses."""
     wanted = list(statuses)
     both = union_all(
         select(lane_counts.c.model, lane_counts.c.priority, lane_counts.c.status,

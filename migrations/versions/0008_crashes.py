@@ -23,5 +23,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs") as jobs:
-        jobs.drop_column("crashes")
+    # a plain ALTER on SQLite too (3.35 and later): batch mode would rebuild ``jobs`` and drop
+    # the job counts' triggers with it
+    op.execute("ALTER TABLE jobs DROP COLUMN crashes")
