@@ -13,9 +13,10 @@ from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.json_schema import models_json_schema
 
+from decide.core import wire_answers
 from decide.core.protocol import DEFAULT_MODEL_PREFIX, PRIORITIES
 
 Text = str | dict[str, Any] | list[Any]
@@ -111,32 +112,22 @@ class BatchRequest(_Open):
     metadata: dict[str, Any] | None = None
 
 
-class ChoiceAnswerSchema(BaseModel):
-    type: Literal["choice"]
-    choice: str
-    confidence: float
-    probabilities: dict[str, float]
-    x_p_max: float
-    x_certainty: float
+def answer_model(kind: wire_answers.AnswerKind) -> type[BaseModel]:
+    """``ChoiceAnswerSchema`` and its kin: the published fields of ``kind``, in wire order; an
+    optional field is ``T | None`` with a None default."""
+    fields: dict[str, Any] = {wire_answers.TYPE_FIELD: (Literal[kind.type], ...)}
+    for field in kind.fields:
+        if not field.published:
+            continue
+        fields[field.name] = (
+            (field.annotation, Field(description=field.description)) if field.required
+            else (field.annotation | None, Field(None, description=field.description)))
+    return create_model(f"{kind.type.capitalize()}AnswerSchema", **fields)
 
 
-class NoulAnswerSchema(BaseModel):
-    type: Literal["noul"]
-    noul: float = Field(description="the probability of yes")
-
-
-class ScoreAnswerSchema(BaseModel):
-    type: Literal["score"]
-    score: float
-    confidence: float
-    legend: dict[str, str]
-    probabilities: dict[str, float]
-    x_p_max: float
-    x_certainty: float
-    x_level_fit: dict[str, float] | None = None
-    x_fit_mass: float | None = None
-
-
+ChoiceAnswerSchema = answer_model(wire_answers.CHOICE)
+NoulAnswerSchema = answer_model(wire_answers.NOUL)
+ScoreAnswerSchema = answer_model(wire_answers.SCORE)
 Answer = Annotated[ChoiceAnswerSchema | NoulAnswerSchema | ScoreAnswerSchema,
                    Field(discriminator="type")]
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from typing import Any
 
 from decide.client.errors import AnswerError, MisbehavingServerError
+from decide.core.wire_answers import ANSWER_KINDS, TYPE_FIELD
 
 NEAR_UNIFORM = Decimal("0.05")
 
@@ -126,31 +127,69 @@ def _number(raw: dict, name: str, where: str, body: Any, unit: bool = True) -> f
     return float(value)
 
 
+Check = Callable[[dict, str, dict[str, Any], str, Any], Any]
+"""``(raw answer, field name, fields read so far, where, body) -> the field's value``."""
+
+
+def _probability_map(raw: dict, name: str, _: dict[str, Any], where: str, body: Any) -> Any:
+    return _probabilities(raw.get(name), where, body)
+
+
+def _unit_number(raw: dict, name: str, _: dict[str, Any], where: str, body: Any) -> Any:
+    return _number(raw, name, where, body)
+
+
+def _any_number(raw: dict, name: str, _: dict[str, Any], where: str, body: Any) -> Any:
+    return _number(raw, name, where, body, unit=False)
+
+
+def _offered_choice(raw: dict, name: str, read: dict[str, Any], where: str, body: Any) -> Any:
+    choice = raw.get(name)
+    if choice not in read["probabilities"]:
+        raise _refuse(f"{where}.{name} {choice!r} is not among its probabilities", body)
+    return choice
+
+
+def _matching_legend(raw: dict, name: str, read: dict[str, Any], where: str, body: Any) -> Any:
+    legend = raw.get(name)
+    if not isinstance(legend, dict) or set(legend) != set(read["probabilities"]):
+        raise _refuse(f"{where}.{name} does not match its probabilities", body)
+    return legend
+
+
+RULES: dict[str, tuple[int, Check]] = {
+    "probabilities": (0, _probability_map),
+    "choice": (1, _offered_choice),
+    "legend": (1, _matching_legend),
+    "noul": (2, _unit_number),
+    "confidence": (2, _unit_number),
+    "score": (2, _any_number),
+}
+"""How the client checks each of TypeSafe's answer fields (``decide.core.wire_answers``), and
+in which rank: the probabilities first, then what must agree with them, then the numbers
+(within a rank, in wire order). Our own ``x_`` fields are read as given: a TypeSafe server
+leaves them out."""
+ANSWER_CLASSES: dict[str, type] = {kind: answer_class for answer_class, kind in _KINDS.items()}
+
+
 def parse_answer(key: str, raw: Any, body: Any) -> Answer:
     where = f'answers["{key}"]'
     if not isinstance(raw, dict):
         raise _refuse(f"{where} is not an object", body)
-    kind = raw.get("type")
-    if kind == "noul":
-        return NoulAnswer(noul=_number(raw, "noul", where, body))
-    if kind == "choice":
-        probabilities = _probabilities(raw.get("probabilities"), where, body)
-        choice = raw.get("choice")
-        if choice not in probabilities:
-            raise _refuse(f"{where}.choice {choice!r} is not among its probabilities", body)
-        return ChoiceAnswer(choice=choice, confidence=_number(raw, "confidence", where, body),
-                            probabilities=probabilities, p_max=raw.get("x_p_max"),
-                            certainty=raw.get("x_certainty"))
-    if kind == "score":
-        probabilities = _probabilities(raw.get("probabilities"), where, body)
-        legend = raw.get("legend")
-        if not isinstance(legend, dict) or set(legend) != set(probabilities):
-            raise _refuse(f"{where}.legend does not match its probabilities", body)
-        return ScoreAnswer(score=_number(raw, "score", where, body, unit=False),
-                           confidence=_number(raw, "confidence", where, body),
-                           legend=legend, probabilities=probabilities,
-                           p_max=raw.get("x_p_max"), certainty=raw.get("x_certainty"))
-    raise _refuse(f"{where} has an unknown type {kind!r}", body)
+    kind = raw.get(TYPE_FIELD)
+    if not isinstance(kind, str) or kind not in ANSWER_KINDS:
+        raise _refuse(f"{where} has an unknown type {kind!r}", body)
+    described = ANSWER_KINDS[kind].fields
+    read: dict[str, Any] = {}
+    for wire_field in sorted((f for f in described if not f.extension),
+                             key=lambda f: RULES[f.name][0]):
+        read[wire_field.attribute] = RULES[wire_field.name][1](raw, wire_field.name, read,
+                                                                where, body)
+    answer_class = ANSWER_CLASSES[kind]
+    declared = {declared_field.name for declared_field in fields(answer_class)}
+    read.update({f.attribute: raw.get(f.name) for f in described
+                 if f.extension and f.attribute in declared})
+    return answer_class(**read)
 
 
 def offered_options(question: Mapping[str, Any]) -> set[str] | None:

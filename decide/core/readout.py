@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from decide.core import wire_answers
 from decide.core.profile import Profile
 from decide.core.questions import ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
 
@@ -80,10 +81,7 @@ class ChoiceReadout:
     """The taught question that answered (``x_taught``), None for the zero-shot readout."""
 
     def to_wire(self) -> dict[str, Any]:
-        return _with_taught({"type": "choice", "choice": self.choice,
-                             "confidence": self.confidence,
-                             "probabilities": dict(self.probabilities), "x_p_max": self.p_max,
-                             "x_certainty": self.certainty}, self.taught)
+        return wire_answers.CHOICE.wire_of(self)
 
 
 @dataclass(frozen=True)
@@ -92,7 +90,7 @@ class NoulReadout:
     taught: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return _with_taught({"type": "noul", "noul": self.noul}, self.taught)
+        return wire_answers.NOUL.wire_of(self)
 
 
 @dataclass(frozen=True)
@@ -108,20 +106,7 @@ class ScoreReadout:
     taught: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {
-            "type": "score", "score": self.score, "confidence": self.confidence,
-            "legend": dict(self.legend), "probabilities": dict(self.probabilities),
-            "x_p_max": self.p_max, "x_certainty": self.certainty}
-        if self.level_fit is not None:
-            wire["x_level_fit"] = dict(self.level_fit)
-            wire["x_fit_mass"] = self.fit_mass
-        return _with_taught(wire, self.taught)
-
-
-def _with_taught(wire: dict[str, Any], taught: str | None) -> dict[str, Any]:
-    if taught is not None:
-        wire["x_taught"] = taught
-    return wire
+        return wire_answers.SCORE.wire_of(self)
 
 
 Readout = ChoiceReadout | NoulReadout | ScoreReadout
