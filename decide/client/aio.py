@@ -38,24 +38,27 @@ class AsyncClient:
     async def close(self) -> None:
         await self._http.aclose()
 
+    async def _send(self, method: str, path: str, json_body: Any,
+                    params: dict[str, Any] | None, headers: dict[str, str] | None,
+                    timeout: float) -> httpx.Response:
+        """One try of a call; a transport failure is ``ServiceUnreachableError``."""
+        try:
+            return await self._http.request(method, path, json=json_body, params=params,
+                                            headers=headers, timeout=timeout)
+        except httpx.TransportError as error:
+            raise ServiceUnreachableError(
+                f"cannot reach {self._http.base_url}: {error}") from error
+
     async def _call(self, method: str, path: str, *, json_body: Any = None,
                     params: dict[str, Any] | None = None,
                     headers: dict[str, str] | None = None,
-                    timeout: float | None = None) -> tuple[Any, httpx.Headers]:
-        deadline = time.monotonic() + (timeout or self.timeout)
-        while True:
-            left = max(0.1, deadline - time.monotonic())
-            try:
-                response = await self._http.request(method, path, json=json_body, params=params,
-                                                    headers=headers, timeout=left)
-            except httpx.TransportError as error:
-                raise ServiceUnreachableError(
-                    f"cannot reach {self._http.base_url}: {error}") from error
-            result = calls.outcome(response, deadline)
-            if not isinstance(result, float):
-                return result
+                    timeout: float | None = None) -> calls.Reply:
+        call = calls.Retries(timeout or self.timeout)
+        while (pause := call.settle(await self._send(method, path, json_body, params, headers,
+                                                     call.try_timeout()))) is not None:
             self.retries += 1
-            await asyncio.sleep(result)
+            await asyncio.sleep(pause)
+        return call.reply
 
     async def decide(self, state: Any, questions: Mapping[str, Mapping[str, Any]],
                      model: str | None = None, priority: str = "foreground") -> Decision:

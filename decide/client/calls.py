@@ -15,6 +15,9 @@ from decide.core.protocol import MAX_WAIT_SECONDS
 RETRIED_STATUSES = (429, 503)
 DEFAULT_RETRY_SECONDS = 1.0
 
+Reply = tuple[Any, httpx.Headers]
+"""A call's checked body and the headers it came with."""
+
 
 def decide_body(state: Any, questions: Mapping[str, Any], model: str | None,
                 priority: str) -> dict[str, Any]:
@@ -81,7 +84,7 @@ def checked(status: int, body: Any, headers: Mapping[str, str]) -> Any:
     raise error_from_response(status, body, retry_after_seconds(headers.get("retry-after")))
 
 
-def outcome(response: httpx.Response, deadline: float) -> tuple[Any, httpx.Headers] | float:
+def outcome(response: httpx.Response, deadline: float) -> Reply | float:
     """The checked body and headers of an answer, or the seconds to wait before retrying."""
     try:
         body = response.json()
@@ -93,6 +96,35 @@ def outcome(response: httpx.Response, deadline: float) -> tuple[Any, httpx.Heade
     if delay is None:
         return checked(response.status_code, body, response.headers), response.headers
     return delay
+
+
+class Retries:
+    """One call's retry rule, without its I/O: each client drives it alike, sending each try
+    with ``try_timeout()`` and handing the answer to ``settle``, which says how long to sleep
+    before the next try, or that the call is over (its ``reply``, or the typed error raised).
+    Every try and every wait ends within the call's ``timeout``."""
+
+    def __init__(self, timeout: float) -> None:
+        self._deadline = time.monotonic() + timeout
+        self._reply: Reply | None = None
+
+    def try_timeout(self) -> float:
+        """What is left of the call's time, at least 0.1 s."""
+        return max(0.1, self._deadline - time.monotonic())
+
+    def settle(self, response: httpx.Response) -> float | None:
+        """Seconds to sleep before retrying; None once the call is answered."""
+        result = outcome(response, self._deadline)
+        if isinstance(result, float):
+            return result
+        self._reply = result
+        return None
+
+    @property
+    def reply(self) -> Reply:
+        if self._reply is None:
+            raise RuntimeError("the call is not answered yet: settle() asked for a retry")
+        return self._reply
 
 
 def teach_body(question: Mapping[str, Any], examples: Iterable[Mapping[str, Any]],

@@ -1,0 +1,109 @@
+"""One retry rule (``decide.client.calls.Retries``) driven alike by the sync and the async
+client: 503 and 429 retried after their ``Retry-After`` within the call's timeout, each retry
+counted, everything else answered or raised at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from decide.client import AsyncClient, Client
+from decide.client.calls import Retries
+from decide.client.errors import APIError, OverloadedError, ServiceUnreachableError
+
+LABELLED = {"job_id": "job_1", "labels": {"r": True}}
+BUSY = {"detail": {"error_type": "overloaded_error", "message": "full"}}
+
+
+def answering(*replies: tuple[int, dict[str, str]]) -> tuple[httpx.MockTransport, list[float]]:
+    """A transport that gives ``replies`` (status, headers) in turn, then 200 ``LABELLED``;
+    and the read timeout each try was sent with."""
+    left = list(replies)
+    timeouts: list[float] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        timeouts.append(request.extensions["timeout"]["read"])
+        if left:
+            status, headers = left.pop(0)
+            return httpx.Response(status, json=BUSY, headers=headers)
+        return httpx.Response(200, json=LABELLED)
+
+    return httpx.MockTransport(handle), timeouts
+
+
+def sync_label(transport: httpx.MockTransport, timeout: float, retried: list[int]) -> object:
+    with Client("http://decide.test", timeout=timeout, transport=transport) as client:
+        try:
+            return client.label("job_1", {"r": True})
+        finally:
+            retried.append(client.retries)
+
+
+def async_label(transport: httpx.MockTransport, timeout: float, retried: list[int]) -> object:
+    async def call() -> object:
+        async with AsyncClient("http://decide.test", timeout=timeout,
+                               transport=transport) as client:
+            try:
+                return await client.label("job_1", {"r": True})
+            finally:
+                retried.append(client.retries)
+
+    return asyncio.run(call())
+
+
+Label = Callable[[httpx.MockTransport, float, list[int]], object]
+CLIENTS = pytest.mark.parametrize("label", [sync_label, async_label], ids=["sync", "async"])
+
+
+@CLIENTS
+def test_busy_answers_are_retried_and_counted(label: Label):
+    transport, timeouts = answering((503, {"Retry-After": "0"}), (429, {"Retry-After": "0"}))
+    retried: list[int] = []
+    assert label(transport, 30.0, retried) == LABELLED
+    assert retried == [2]
+    assert len(timeouts) == 3 and all(0.1 <= timeout <= 30.0 for timeout in timeouts)
+
+
+@CLIENTS
+def test_a_wait_past_the_deadline_raises_the_busy_answer(label: Label):
+    transport, timeouts = answering((503, {"Retry-After": "30"}))
+    retried: list[int] = []
+    with pytest.raises(OverloadedError) as caught:
+        label(transport, 5.0, retried)
+    assert caught.value.retry_after == 30.0 and len(timeouts) == 1 and retried == [0]
+
+
+@CLIENTS
+def test_other_errors_are_not_retried(label: Label):
+    transport, timeouts = answering((500, {"Retry-After": "0"}))
+    with pytest.raises(APIError):
+        label(transport, 5.0, [])
+    assert len(timeouts) == 1
+
+
+@CLIENTS
+def test_an_unreachable_service_is_named(label: Label):
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    with pytest.raises(ServiceUnreachableError, match=r"cannot reach http://decide\.test"):
+        label(httpx.MockTransport(refuse), 5.0, [])
+
+
+def test_each_try_gets_what_is_left_of_the_call_and_at_least_a_tenth():
+    assert 9.0 < Retries(10.0).try_timeout() <= 10.0
+    assert Retries(0.0).try_timeout() == 0.1
+
+
+def test_the_reply_is_there_only_once_the_call_is_answered():
+    retries = Retries(10.0)
+    busy = httpx.Response(503, json=BUSY, headers={"Retry-After": "2"})
+    assert retries.settle(busy) == 2.0
+    with pytest.raises(RuntimeError):
+        _ = retries.reply
+    assert retries.settle(httpx.Response(200, json=LABELLED)) is None
+    body, headers = retries.reply
+    assert body == LABELLED and headers["content-type"] == "application/json"
