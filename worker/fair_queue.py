@@ -1,24 +1,26 @@
 """The embedded worker's waiting line: foreground before background, and within a lane the
-API keys take turns.
+API keys take turns (``worker.turns``: the key served least recently first).
 
-Each lane keeps one first-in-first-out line per key and serves the keys round robin: the key
-served goes to the back of the lane's turn order. A key with a 100,000-item backlog therefore
-delays another key's job by at most the one job of its own that is served first.
+Each lane keeps one first-in-first-out line per key and takes one job at a time from the key
+whose turn it is. A key with a 100,000-item backlog therefore delays another key's job by at
+most the one job of its own that is served first.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 
 from decide.core.protocol import FOREGROUND, PRIORITIES
+from decide.worker.turns import KeyTurns
 
 
 class FairQueue:
     def __init__(self) -> None:
-        self._lanes: dict[str, OrderedDict[str, deque[str]]] = {
-            lane: OrderedDict() for lane in PRIORITIES}
+        self._lanes: dict[str, dict[str, deque[str]]] = {lane: {} for lane in PRIORITIES}
+        """Each lane's waiting keys, each with its line of job ids."""
+        self._turns = {lane: KeyTurns() for lane in PRIORITIES}
         self._ready = threading.Condition()
 
     def put(self, job_id: str, priority: str, owner: str) -> None:
@@ -48,18 +50,19 @@ class FairQueue:
             return self._take(FOREGROUND)
 
     def _take(self, lane: str) -> tuple[str, str, str] | None:
-        """The first job of the key whose turn it is; that key goes to the back."""
-        turns = self._lanes[lane]
-        if not turns:
+        """The first job of the key whose turn it is: what the feeder's ``KeyTurns.pick`` of
+        one job would send from these lines."""
+        lines, turns = self._lanes[lane], self._turns[lane]
+        turns.keep_only(lines)
+        if not lines:
             return None
-        owner, line = next(iter(turns.items()))
-        job_id = line.popleft()
-        if line:
-            turns.move_to_end(owner)
-        else:
-            del turns[owner]
+        owner = turns.first(lines)
+        job_id = lines[owner].popleft()
+        turns.served(owner)
+        if not lines[owner]:
+            del lines[owner]
         return lane, owner, job_id
 
     def __len__(self) -> int:
         with self._ready:
-            return sum(len(line) for turns in self._lanes.values() for line in turns.values())
+            return sum(len(line) for lines in self._lanes.values() for line in lines.values())

@@ -1,13 +1,17 @@
-"""Keys taking turns on a lane: which waiting jobs the feeder sends next.
+"""Keys taking turns on a lane, the one rule both workers follow: the key served least
+recently goes first, one job per key per round.
 
-The key served least recently goes first (a key never served, or not waiting since its last
-turn, counts as least recent), one job per key per round, until the room is filled. A key
-with a backlog of any size therefore gets one slot per round like every other waiting key.
+A key never served, or found with nothing waiting at a turn since its last, counts as least
+recent (keys equally recent go in the order they are given). A key with a backlog of any
+size therefore gets one turn per round like every other waiting key. The embedded worker's
+line (``worker.fair_queue``) takes one job at a time by it; the distributed feeder picks a
+room's worth of waiting jobs at once (``KeyTurns.pick``).
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Collection, Iterable
 
 
 class KeyTurns:
@@ -16,11 +20,26 @@ class KeyTurns:
         """Each waiting key's latest turn (a growing serial number)."""
         self._serial = itertools.count()
 
+    def order(self, keys: Iterable[str]) -> list[str]:
+        """``keys``, least recently served first."""
+        return sorted(keys, key=self._last_turn)
+
+    def first(self, keys: Iterable[str]) -> str:
+        """The key of ``keys`` whose turn it is (``order(keys)[0]``)."""
+        return min(keys, key=self._last_turn)
+
+    def served(self, key: str) -> None:
+        """``key`` had its turn: it goes after every other waiting key."""
+        self._served[key] = next(self._serial)
+
+    def keep_only(self, waiting: Collection[str]) -> None:
+        """Forget every key not in ``waiting``: the memory stays the size of the lane's keys."""
+        self._served = {key: turn for key, turn in self._served.items() if key in waiting}
+
     def pick(self, waiting: dict[str, list[str]], room: int) -> list[str]:
         """Up to ``room`` job ids from ``waiting`` (each key's jobs, oldest first), round robin
-        over the keys, least recently served first."""
-        order = sorted(waiting, key=lambda owner: self._served.get(owner, -1))
-        lines = {owner: iter(waiting[owner]) for owner in order}
+        over the keys in turn order."""
+        lines = {owner: iter(waiting[owner]) for owner in self.order(waiting)}
         picked: list[str] = []
         while len(picked) < room and lines:
             for owner in list(lines):
@@ -29,9 +48,11 @@ class KeyTurns:
                     del lines[owner]
                     continue
                 picked.append(job_id)
-                self._served[owner] = next(self._serial)
+                self.served(owner)
                 if len(picked) == room:
                     break
-        # forget keys with nothing waiting: the memory stays the size of the lane's keys
-        self._served = {owner: turn for owner, turn in self._served.items() if owner in waiting}
+        self.keep_only(waiting)
         return picked
+
+    def _last_turn(self, key: str) -> int:
+        return self._served.get(key, -1)
