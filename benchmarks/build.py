@@ -42,9 +42,9 @@ def measure(repeats: int) -> dict:
 
     from decide.config.settings import Settings
     from decide.core.protocol import parse_request
+    from decide.llm.build_info import build_info
     from decide.llm.catalog import load_catalog
-    from decide.worker.loading import load_decoding_engine
-    from decide.worker.probe import build_info
+    from decide.llm.decoding import load_decoding_engine
 
     settings = Settings()
     loaded = load_decoding_engine(load_catalog(settings).get(None), settings)

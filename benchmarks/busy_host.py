@@ -8,7 +8,7 @@ llama.cpp's threads meet at a barrier after every operation of a forward pass; w
 process holds one of their cores, a spinning wait stalls them all. For each thread count and
 OpenMP wait (libgomp's default spin of 300,000 rounds before a thread sleeps at a
 barrier, shorter spins, the runner's default of 100, and no spin at all: llm/threads.py)
-this starts a real runner (``worker.runner``, as a worker does), decodes two-question
+this starts a real runner (``runner.child``, as a worker does), decodes two-question
 decisions over distinct states for ``--seconds``, then does the same while a CPU-bound
 Python loop runs beside it, and prints decisions per second and the slowdown.
 With ``--url`` it does the same through a running service's ``POST /v1/systemone`` instead
@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from decide.config.settings import Settings
 from decide.core.protocol import parse_request
-from decide.worker.probe import PROBE_REQUEST
-from decide.worker.runner_client import Runner
+from decide.runner.client import Runner
+from decide.runner.probe import PROBE_REQUEST
 
 BUSY_LOOP = "while True:\n    pass\n"
 POLICIES = {"GOMP_SPINCOUNT=300000 (libgomp's default)": ("GOMP_SPINCOUNT", "300000"),

@@ -273,9 +273,9 @@ def worker_pid(process: subprocess.Popen, wait: float = 20) -> int:
 
 
 def runner_of(pid: int) -> int | None:
-    """The decoding runner child of worker ``pid`` (``worker.runner_client``), if one lives."""
+    """The decoding runner child of worker ``pid`` (``runner.client``), if one lives."""
     for child in children(pid):
-        if "decide.worker.runner" in command_line(child) and alive(child):
+        if "decide.runner.child" in command_line(child) and alive(child):
             return child
     return None
 

@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from decide.config.settings import Settings
-from decide.worker.in_process import use_runner_build
+from decide.runner.in_process import use_runner_build
 
 use_runner_build(Settings())  # the llama.cpp build the runners use here, before llama_cpp loads
 
@@ -47,9 +47,9 @@ from decide.core.engine import DecisionEngine
 from decide.core.profile import OPTION_READOUT, Profile
 from decide.core.protocol import parse_request
 from decide.llm.catalog import load_catalog
+from decide.llm.decoding import load_decoding_engine
 from decide.llm.engines import LoadedEngine
 from decide.llm.gguf import GgufTokenizer
-from decide.worker.loading import load_decoding_engine
 
 SENTENCES = [
     "The customer writes that the invoice for March was charged twice to the company card.",

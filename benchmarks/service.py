@@ -28,13 +28,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from decide.config.settings import Settings
-from decide.worker.in_process import use_runner_build
+from decide.runner.in_process import use_runner_build
 
 use_runner_build(Settings())  # the llama.cpp build the runners use here, before llama_cpp loads
 
 from decide.core.protocol import parse_request
 from decide.llm.catalog import load_catalog
-from decide.worker.loading import load_decoding_engine
+from decide.llm.decoding import load_decoding_engine
 from tests.support.local import LocalCluster
 
 QUESTIONS = {

@@ -1,7 +1,7 @@
 """From a model's configuration to an engine: the one place that wires them.
 
 The API builds planners (vocabulary only: rows, tokens and limits, no weights); the worker and
-``decide run`` build engines with a reader (``worker.loading``).
+``decide run`` build engines with a reader (``llm.decoding``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Loading a GGUF through llama-cpp-python's low-level API, and its vocabulary.
 
-Only ``llm`` (this module and ``llm.reader``) and the probe's build report touch
-``llama_cpp``. The API loads vocabularies only (``vocab_only``), to count tokens for the limits
-without the weights.
+Only ``llm`` (this module, ``llm.reader`` and ``llm.build_info``) touches ``llama_cpp``. The
+API loads vocabularies only (``vocab_only``), to count tokens for the limits without the
+weights.
 """
 
 from __future__ import annotations

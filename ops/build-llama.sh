@@ -22,7 +22,7 @@
 # PREFIX/lib/decide-llama-variants/x86-64-v4: a worker's runner loads it (through llama-cpp-
 # python's LLAMA_CPP_LIB_PATH) only where the kernel reports those extensions, and keeps it
 # only when it has decoded the start-up probe right in a child process; anything else falls
-# back to the baseline (worker/variants.py). DECIDE_CPU_VARIANTS=none builds no variant.
+# back to the baseline (runner/variants.py). DECIDE_CPU_VARIANTS=none builds no variant.
 #
 # DECIDE_LLAMA_CMAKE_ARGS adds flags of your own (the GPU image: -DGGML_CUDA=on); the CPU
 # baseline still applies to the CPU code of such a build.

@@ -1,14 +1,14 @@
 """Shared fixtures: the real embedded default model, loaded once per test session.
 
 Before any test module imports llama_cpp, this process takes the llama.cpp build the runners
-use on this host (``worker.in_process``), so in-process answers and the service's agree."""
+use on this host (``runner.in_process``), so in-process answers and the service's agree."""
 
 from __future__ import annotations
 
 import pytest
 
 from decide.config.settings import Settings
-from decide.worker.in_process import use_runner_build
+from decide.runner.in_process import use_runner_build
 
 use_runner_build(Settings())
 
@@ -36,7 +36,7 @@ def settings():
 def default_engine(settings):
     """The embedded gemma-3-270m through llama-cpp-python (assembled on first use)."""
     from decide.llm.catalog import load_catalog
-    from decide.worker.loading import load_decoding_engine
+    from decide.llm.decoding import load_decoding_engine
 
     loaded = load_decoding_engine(load_catalog(settings).get(None), settings)
     yield loaded

@@ -1,1 +1,3 @@
-"""Model workers: the llama-cpp-python reader and, later, the Celery tasks that use it."""
+"""Job execution: one job from claim to finish, the embedded worker thread, delivery, fair
+turns, foreground jobs between a background job's rows, and fit jobs. Decoding happens in a
+runner child process, reached only through ``decide.runner.client``."""

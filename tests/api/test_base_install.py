@@ -66,7 +66,7 @@ def test_the_base_install_holds_no_server_package(base):
     assert not names & SERVER_DISTRIBUTIONS, sorted(names & SERVER_DISTRIBUTIONS)
     ours = {entry.name for entry in site_packages(base).iterdir()
             if (entry / "__init__.py").exists() and entry.name in
-            {"api", "worker", "store", "config", "llm", "transport", "metrics", "launch",
+            {"api", "worker", "runner", "store", "config", "llm", "transport", "metrics", "launch",
              "migrations", "quality", "infra"}}
     assert not ours, f"generic top-level packages installed: {sorted(ours)}"
 

@@ -14,8 +14,7 @@ import pytest
 
 from decide.config.settings import Settings
 from decide.core.protocol import parse_request
-from decide.worker.probe import PROBE_REQUEST
-from decide.worker.runner_client import (
+from decide.runner.client import (
     FAILED,
     READY,
     Runner,
@@ -23,7 +22,8 @@ from decide.worker.runner_client import (
     RunnerRestarted,
     RunnerUnavailable,
 )
-from decide.worker.variants import Variant, installed_baseline
+from decide.runner.probe import PROBE_REQUEST
+from decide.runner.variants import Variant, installed_baseline
 from tests.slow_work import distinct_nouls
 
 pytestmark = pytest.mark.model

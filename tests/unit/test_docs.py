@@ -12,8 +12,8 @@ from decide.metrics import EXPORTED
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 REFERENCE = (ROOT / "docs" / "API.md").read_text()
-CODE = ("decide", "api", "worker", "config", "llm", "transport", "metrics", "store", "launch",
-        "quality", "tests")
+CODE = ("decide", "api", "worker", "runner", "config", "llm", "transport", "metrics", "store",
+        "launch", "quality", "tests")
 
 
 def test_the_readme_points_at_the_api_reference():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,10 @@ def test_the_tree_keeps_every_contract(tmp_path):
     ("decide/store/jobs.py", "from decide.api import errors", "One direction"),
     ("decide/api/submit.py", "from decide.worker import fair_queue", "One direction"),
     ("decide/metrics/__init__.py", "import sqlalchemy", "SQLAlchemy"),
-], ids=["core→store", "core→numpy", "store→api", "api→worker", "metrics→sqlalchemy"])
+    ("decide/worker/embedded.py", "from decide.runner import probe", "only through its client"),
+    ("decide/runner/probe.py", "import llama_cpp", "llama_cpp"),
+], ids=["core→store", "core→numpy", "store→api", "api→worker", "metrics→sqlalchemy",
+        "worker→runner internals", "runner→llama_cpp"])
 def test_a_reversed_import_breaks_a_contract(tmp_path, module, line, contract):
     lay_out(tmp_path)
     target = tmp_path / module
@@ -51,3 +55,13 @@ def test_a_reversed_import_breaks_a_contract(tmp_path, module, line, contract):
     assert result.returncode == 1, result.stdout + result.stderr
     broken = [text for text in result.stdout.splitlines() if " BROKEN" in text]
     assert any(contract in text for text in broken), result.stdout
+
+
+def test_the_runner_contract_names_every_runner_module_but_its_client():
+    """A module added to runner/ is an internal until the contract says otherwise."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contract = next(contract for contract in project["tool"]["importlinter"]["contracts"]
+                    if "only through its client" in contract["name"])
+    modules = {f"decide.runner.{path.stem}" for path in (ROOT / "runner").glob("*.py")
+               if path.stem != "__init__"}
+    assert set(contract["forbidden_modules"]) == modules - {"decide.runner.client"}

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from decide.llm.build_info import enabled_features
 from decide.llm.threads import apply_wait_policy
-from decide.worker import variants
-from decide.worker.crashes import describe_exit
-from decide.worker.probe import ProbeFailed, check_values, enabled_features, probe_values
-from decide.worker.variants import Variant, candidates, proven_variant, record_proof
+from decide.runner import variants
+from decide.runner.crashes import describe_exit
+from decide.runner.probe import ProbeFailed, check_values, probe_values
+from decide.runner.variants import Variant, candidates, proven_variant, record_proof
 
 FLAGS = frozenset({"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512dq",
                    "avx512vl", "avx512cd", "avx512vbmi", "avx512_vnni"})

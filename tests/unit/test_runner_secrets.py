@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from decide.config.settings import Settings
-from decide.worker.runner_client import Runner, runner_settings
-from decide.worker.variants import Variant
+from decide.runner.client import Runner, runner_settings
+from decide.runner.variants import Variant
 
 SECRETS = ("dk_api_secret", "dk_admin_secret", "pg-secret", "redis-secret", "secret_keys_file")
 

@@ -2,8 +2,8 @@
 
 llama.cpp is native code: an instruction the host cannot execute, an assertion or the
 out-of-memory killer ends the process that runs it. So a worker (embedded or Celery) never
-loads a model itself; it starts ``python -m worker.runner`` and talks to it over one socket
-(``worker.runner_client.Runner``). When the runner dies, its worker lives on, puts the job back
+loads a model itself; it starts ``python -m decide.runner.child`` and talks to it over one
+socket (``runner.client.Runner``). When the runner dies, its worker lives on, puts the job back
 in the queue (or ends it ``worker_crashed`` after ``DECIDE_MAX_ATTEMPTS``) and starts a new one.
 
 The protocol is pickled tuples, one request at a time:
@@ -96,7 +96,7 @@ class _Server:
         self._loaded: dict[str, Any] = {}
 
     def engine_for(self, model: str) -> Any:
-        from decide.worker.loading import load_decoding_engine
+        from decide.llm.decoding import load_decoding_engine
 
         if model not in self._loaded:
             self._loaded[model] = load_decoding_engine(self._catalog.get(model),
@@ -105,8 +105,9 @@ class _Server:
 
     def start(self, model: str | None) -> dict[str, Any]:
         """Load the model, decode the probe, and say what was found."""
+        from decide.llm.build_info import build_info
         from decide.llm.catalog import gguf_path
-        from decide.worker.probe import build_info, host_info, run_probe
+        from decide.runner.probe import host_info, run_probe
 
         config = self._catalog.get(model)
         name = config.name
@@ -181,7 +182,7 @@ class _Server:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m worker.runner")
+    parser = argparse.ArgumentParser(prog="python -m decide.runner.child")
     parser.add_argument("--fd", type=int, required=True, help="the socket to the worker")
     args = parser.parse_args(argv)
     _die_with_parent()

@@ -1,4 +1,6 @@
-"""Engines that decode: a planner plus the llama.cpp reader."""
+"""Engines that decode: a model's engine with the llama.cpp reader wired in (the runner's, and
+in-process decoding's: ``decide run``, ``eval``, ``teach``, the tests). The API builds planners
+(``llm.engines.load_planner``), which never load weights."""
 
 from __future__ import annotations
 

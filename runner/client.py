@@ -1,5 +1,5 @@
-"""A worker's side of its decoding runner (``worker.runner``): start it, wait until it has loaded
-its model and passed the probe, decode through it, and notice when it dies.
+"""A worker's side of its decoding runner (``runner.child``): start it, wait until it has
+loaded its model and passed the probe, decode through it, and notice when it dies.
 
 Used from one thread (the worker's); a nested decision (a foreground job decoded between the
 rows of a background one) re-enters from the same thread.
@@ -21,9 +21,9 @@ from typing import Any
 from decide.config.settings import Settings
 from decide.core.engine import Decision
 from decide.core.protocol import DecisionRequest
-from decide.worker.crashes import describe_exit
-from decide.worker.probe import ProbeFailed
-from decide.worker.variants import Variant, candidates, environment_for, host_flags, record_proof
+from decide.runner.crashes import describe_exit
+from decide.runner.probe import ProbeFailed
+from decide.runner.variants import Variant, candidates, environment_for, host_flags, record_proof
 
 log = logging.getLogger("decide.worker")
 
@@ -68,7 +68,7 @@ class RunnerRestarted(RunnerUnavailable):
 
 
 class Runner:
-    """One ``python -m worker.runner`` child holding ``model`` (the default when None)."""
+    """One ``python -m decide.runner.child`` child holding ``model`` (the default when None)."""
 
     START_TIMEOUT_SECONDS = 600.0
     """How long a decision waits for a runner that is starting again after a crash."""
@@ -78,7 +78,7 @@ class Runner:
                  builds: list[Variant] | None = None) -> None:
         self._settings = settings
         self._model = model
-        self._argv = argv or [sys.executable, "-m", "decide.worker.runner"]
+        self._argv = argv or [sys.executable, "-m", "decide.runner.child"]
         self._builds = builds or candidates(host_flags(), settings.cpu_variant)
         self._build = 0
         self.rejected: list[str] = []

@@ -5,7 +5,7 @@ AVX-512, no AMX) and, beside it, the libraries of a faster variant (x86-64-v4: A
 VBMI and VNNI, never AMX). A variant is a candidate only where the kernel reports every
 extension it needs (Linux hides those whose register state the OS does not enable), and it is
 kept only once a runner has loaded it and decoded the probe right in its own process
-(``worker.runner_client.Runner`` falls back to the next candidate when that runner dies or
+(``runner.client.Runner`` falls back to the next candidate when that runner dies or
 answers wrong numbers). The installed baseline is always the last candidate.
 """
 

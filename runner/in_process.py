@@ -3,7 +3,7 @@
 
 A process that decodes in-process (``decide run``, ``eval``, ``calibrate``, the tests) calls
 ``use_runner_build`` before anything imports llama_cpp. Where a faster build than the installed
-one is a candidate, it takes the build a runner proved on this host (``worker.variants``), and
+one is a candidate, it takes the build a runner proved on this host (``runner.variants``), and
 proves one first, in a runner child process, when none has been.
 """
 
@@ -13,7 +13,7 @@ import os
 
 from decide.config.settings import Settings
 from decide.llm.threads import apply_wait_policy
-from decide.worker.variants import (
+from decide.runner.variants import (
     LIBRARY_PATH_VARIABLE,
     Variant,
     candidates,
@@ -31,7 +31,7 @@ def use_runner_build(settings: Settings) -> Variant:
     if len(choices) > 1 and "llama_cpp" not in sys.modules:
         proven = proven_variant(settings.data_dir, choices)
         if proven is None:
-            from decide.worker.runner_client import Runner
+            from decide.runner.client import Runner
 
             runner = Runner(settings, builds=choices)
             runner.start()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from decide.config.settings import Settings
-from decide.worker.probe import TOLERANCE
-from decide.worker.runner_client import Runner
+from decide.runner.client import Runner
+from decide.runner.probe import TOLERANCE
 
 
 def run_check(settings: Settings, model: str | None) -> tuple[bool, dict[str, Any], str | None]:

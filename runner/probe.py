@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import platform
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 from decide.core.engine import DecisionEngine
 from decide.core.protocol import parse_request
-from decide.worker.variants import host_flags
+from decide.runner.variants import host_flags
 
 PROBE_REQUEST: dict[str, Any] = {
     "state": "My card was charged twice for order A-104. Please refund the duplicate.",
@@ -82,32 +81,6 @@ def run_probe(engine: DecisionEngine) -> dict[str, Any]:
     check_values(engine.model_name, values)
     return {"answer": values, "probe_ms": round(elapsed_ms, 1),
             "compared_with_reference": engine.model_name in EXPECTED}
-
-
-def build_info() -> dict[str, Any]:
-    """The llama.cpp build this process loaded and the instruction sets it uses."""
-    import llama_cpp
-
-    system = llama_cpp.llama_print_system_info().decode(errors="replace")
-    baseline_file = Path(sys.prefix) / ".llama-baseline"
-    return {
-        "llama_cpp_python": llama_cpp.__version__,
-        "baseline": (baseline_file.read_text().strip() if baseline_file.exists()
-                     else "unknown (not built by ops/build-llama.sh)"),
-        "instruction_sets": enabled_features(system),
-        "library": str(Path(llama_cpp.__file__).parent / "lib"),
-    }
-
-
-def enabled_features(system_info: str) -> list[str]:
-    """``AVX2``... from llama.cpp's ``CPU : SSE3 = 1 | AVX = 1 | AVX512 = 0 |`` line."""
-    features = []
-    for part in system_info.replace("\n", "|").split("|"):
-        name, _, flag = part.rpartition("=")
-        name = name.split(":")[-1].strip()
-        if name and flag.strip() == "1":
-            features.append(name)
-    return features
 
 
 def host_info() -> dict[str, Any]:

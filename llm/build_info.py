@@ -1,0 +1,34 @@
+"""The llama.cpp build this process loaded, in words: the runner's start-up report and
+``decide check`` say which library and instruction sets decode here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+
+
+def build_info() -> dict[str, Any]:
+    """The llama.cpp build this process loaded and the instruction sets it uses."""
+    system = llama_cpp.llama_print_system_info().decode(errors="replace")
+    baseline_file = Path(sys.prefix) / ".llama-baseline"
+    return {
+        "llama_cpp_python": llama_cpp.__version__,
+        "baseline": (baseline_file.read_text().strip() if baseline_file.exists()
+                     else "unknown (not built by ops/build-llama.sh)"),
+        "instruction_sets": enabled_features(system),
+        "library": str(Path(llama_cpp.__file__).parent / "lib"),
+    }
+
+
+def enabled_features(system_info: str) -> list[str]:
+    """``AVX2``... from llama.cpp's ``CPU : SSE3 = 1 | AVX = 1 | AVX512 = 0 |`` line."""
+    features = []
+    for part in system_info.replace("\n", "|").split("|"):
+        name, _, flag = part.rpartition("=")
+        name = name.split(":")[-1].strip()
+        if name and flag.strip() == "1":
+            features.append(name)
+    return features
