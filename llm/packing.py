@@ -53,6 +53,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from decide.core.rows import Row
+
 GROUP = 16
 """A batch's token count, and its output count where ``output_rows_grouped``, is a multiple of
 this: the row group of the CPU backend's repacked matrix kernels."""
@@ -314,3 +316,22 @@ def _tensor_types(path: Path) -> tuple[str, int, dict[str, int]]:
     if not isinstance(blocks, int):
         raise ValueError("no block count")
     return architecture, blocks, tensors
+
+
+def packing_check_rows(vocab_size: int) -> tuple[tuple[int, ...], list[Row]]:
+    """A made-up prefix and option rows for the reader's packing check: two question pieces,
+    options of one to four tokens that share leading tokens (a trie with several leaves), over
+    60 tokens in all, so that a round spans batches and splits its outputs."""
+    def token(number: int) -> int:
+        return 1000 + number * 37 % max(vocab_size - 1000, 1)
+
+    prefix = tuple(token(number) for number in range(12))
+    pieces = [tuple(token(100 + number) for number in range(20)),
+              tuple(token(200 + number) for number in range(18))]
+    options = [(token(300),), (token(300), token(301)), (token(300), token(302), token(303)),
+               (token(310), token(311), token(312), token(313)), (token(320),),
+               (token(310), token(311), token(314))]
+    rows = [Row(question_id=str(number), suffix_text="", suffix=piece + option,
+                option=index, continuation=len(option))
+            for number, piece in enumerate(pieces) for index, option in enumerate(options)]
+    return prefix, rows

@@ -29,7 +29,6 @@ rewound to the end of the prefix.
 from __future__ import annotations
 
 import logging
-import math
 import platform
 from collections.abc import Callable, Sequence
 
@@ -39,11 +38,14 @@ import numpy as np
 from decide.core.rows import Row
 from decide.llm.gguf import GgufModel
 from decide.llm.hidden import HiddenProjection
+from decide.llm.llama_context import DecodeError, LlamaContext
+from decide.llm.log_softmax import LogSoftmax
 from decide.llm.packing import (
     GROUP,
     Rows,
     batches,
     output_rows_grouped,
+    packing_check_rows,
     round_items,
     rounds,
     split_row,
@@ -58,74 +60,6 @@ SPARE_CELLS = 256
 
 log = logging.getLogger("decide.worker")
 
-
-class DecodeError(RuntimeError):
-    """llama.cpp refused a batch (out of cache space, or a failed compute)."""
-
-
-class _Context:
-    """One llama.cpp context, its batch and the prefix cached in its sequence 0."""
-
-    def __init__(self, model: GgufModel, *, cells: int, threads: int, batch_size: int,
-                 sequences: int, flash_attention: bool | None) -> None:
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = cells
-        params.n_batch = params.n_ubatch = batch_size
-        params.n_seq_max = sequences
-        params.n_threads = params.n_threads_batch = threads
-        params.swa_full = True
-        if flash_attention is not None:
-            params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention
-                                      else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
-        params.kv_unified = True
-        params.no_perf = True
-        context = llama_cpp.llama_init_from_model(model.pointer, params)
-        if not context:
-            raise DecodeError(f"model {model.name!r}: llama.cpp could not create a context of "
-                              f"{cells} tokens")
-        self.pointer = context
-        self.memory = llama_cpp.llama_get_memory(context)
-        self.cells = llama_cpp.llama_n_ctx(context)
-        self.sequences = sequences
-        self.batch_size = batch_size
-        self.vocab_size = model.vocab_size
-        self.batch = llama_cpp.llama_batch_init(batch_size, 0, sequences)
-        self.tokens = np.ctypeslib.as_array(self.batch.token, shape=(batch_size,))
-        self.positions = np.ctypeslib.as_array(self.batch.pos, shape=(batch_size,))
-        self.wants_logits = np.ctypeslib.as_array(self.batch.logits, shape=(batch_size,))
-        self.seq_counts = np.ctypeslib.as_array(self.batch.n_seq_id, shape=(batch_size,))
-        self.seq_ids = [np.ctypeslib.as_array(self.batch.seq_id[index], shape=(sequences,))
-                        for index in range(batch_size)]
-        self.seq_counts[:] = 1
-        for row in self.seq_ids:
-            row[0] = 0
-        self.prefix: tuple[int, ...] | None = None
-
-    def clear(self) -> None:
-        """Drop every cell. Only the cache's bookkeeping is reset (``data=False``): zeroing the
-        whole buffer costs milliseconds per request, and stale cells never count, since
-        attention masks every cell no sequence holds (flash attention skips them; otherwise
-        exp(-inf) = 0, and 0 times a finite value adds exactly 0)."""
-        self.prefix = None
-        llama_cpp.llama_memory_clear(self.memory, False)
-
-    def decode(self, count: int) -> int:
-        """Decode the batch's first ``count`` tokens; llama.cpp's status (0: done)."""
-        self.batch.n_tokens = count
-        return llama_cpp.llama_decode(self.pointer, self.batch)
-
-    def logits(self, index: int) -> np.ndarray:
-        """The logits of the current batch's token ``index`` (valid until the next decode)."""
-        pointer = llama_cpp.llama_get_logits_ith(self.pointer, index)
-        if not pointer:
-            raise DecodeError("llama.cpp returned no logits for a read position")
-        return np.ctypeslib.as_array(pointer, shape=(self.vocab_size,))
-
-    def close(self) -> None:
-        if self.pointer:
-            llama_cpp.llama_batch_free(self.batch)
-            llama_cpp.llama_free(self.pointer)
-            self.pointer = None
 
 
 class LlamaReader:
@@ -144,11 +78,11 @@ class LlamaReader:
         self._packing_checked = False
         self._grouped_outputs = self.packed and output_rows_grouped(
             model.path, x86_64=platform.machine().lower() in ("x86_64", "amd64"))
-        self._single: _Context | None = None
-        self._multi: _Context | None = None
+        self._single: LlamaContext | None = None
+        self._multi: LlamaContext | None = None
         self._piece: tuple[int, ...] | None = None
         """The question piece cached after the prefix (unpacked option rows), if any."""
-        self._piece_next: _LogSoftmax | None = None
+        self._piece_next: LogSoftmax | None = None
         """The log-softmax at the piece's last token: each option's first token."""
         self.tokens_decoded = 0
         """Tokens of prefixes and rows fed to llama.cpp since load (prefixes reused from the
@@ -157,20 +91,20 @@ class LlamaReader:
         """Padding tokens the packing rule added to complete a batch."""
         self._projection: HiddenProjection | None = None
 
-    def _labels(self) -> _Context:
+    def _labels(self) -> LlamaContext:
         """The one-sequence context: label rows, and option rows on a GPU."""
         if self._single is None:
             # Measured on CPU: flash attention makes the short suffix batches about 25% slower
             # and the 512-token prompt batches no faster (see BENCHMARKS.md).
-            self._single = _Context(self.model, cells=self.context_size, threads=self.threads,
+            self._single = LlamaContext(self.model, cells=self.context_size, threads=self.threads,
                                     batch_size=self.batch_size, sequences=1,
                                     flash_attention=False if self.gpu_offload == 0 else None)
         return self._single
 
-    def _options(self) -> _Context:
+    def _options(self) -> LlamaContext:
         """The packed context: flash attention, many sequences (``llm.packing``)."""
         if self._multi is None:
-            self._multi = _Context(self.model, cells=self.context_size + SPARE_CELLS,
+            self._multi = LlamaContext(self.model, cells=self.context_size + SPARE_CELLS,
                                    threads=self.threads, batch_size=self.batch_size,
                                    sequences=OPTION_SEQUENCES, flash_attention=True)
         return self._multi
@@ -228,7 +162,7 @@ class LlamaReader:
         built otherwise) would make a row's numbers depend on its companions. That host then
         answers a little slower, never differently by company."""
         self._packing_checked = True
-        prefix, rows = _packing_check_rows(self.model.vocab_size)
+        prefix, rows = packing_check_rows(self.model.vocab_size)
 
         def packed(order: Sequence[Row]) -> list[list[float]]:
             found: list[list[float]] = [[] for _ in order]
@@ -272,7 +206,7 @@ class LlamaReader:
             for member, state in slots.items():
                 hidden[first + member] = state
 
-    def _decode_round(self, context: _Context, split: Rows, members: list[int], *,
+    def _decode_round(self, context: LlamaContext, split: Rows, members: list[int], *,
                       start: int, slots: dict[int, list[float]]) -> list[list[float]]:
         """The round's option log-probabilities; each member that is a key of ``slots`` gets
         the hidden state at its question piece's last token (where its option's first token is
@@ -303,7 +237,7 @@ class LlamaReader:
                 for index, item in enumerate(batch.items):
                     if item.reads:
                         logits = context.logits(index)
-                        normalised = _LogSoftmax(logits)
+                        normalised = LogSoftmax(logits)
                         for member, position, token in item.reads:
                             found[member][position] = normalised(token)
                             if position == 0 and member in slots:
@@ -319,7 +253,7 @@ class LlamaReader:
 
     # Label rows, and option rows read one by one (GPU).
 
-    def _label_logits(self, context: _Context, row: Row, *, start: int,
+    def _label_logits(self, context: LlamaContext, row: Row, *, start: int,
                       hidden: dict[int, list[float]] | None = None,
                       index: int = 0) -> list[float]:
         """The logits of the row's labels at its answer slot (its last token); with ``hidden``,
@@ -335,7 +269,7 @@ class LlamaReader:
                      on_logits=keep)
         return found
 
-    def _option_logprobs(self, context: _Context, row: Row, *, start: int) -> list[float]:
+    def _option_logprobs(self, context: LlamaContext, row: Row, *, start: int) -> list[float]:
         """Log-probabilities of the row's option tokens, each given everything before it.
 
         The question piece before the option is decoded once, as one batch, and kept while
@@ -348,7 +282,7 @@ class LlamaReader:
         logprobs = [self._piece_logprobs(context, piece, start=start)(option[0])]
         if len(option) > 1:
             def keep(index: int, logits: np.ndarray) -> None:
-                logprobs.append(_LogSoftmax(logits)(option[index + 1]))
+                logprobs.append(LogSoftmax(logits)(option[index + 1]))
 
             try:
                 self._decode(context, option[:-1], start=piece_end, keep_from=0,
@@ -357,14 +291,14 @@ class LlamaReader:
                 llama_cpp.llama_memory_seq_rm(context.memory, 0, piece_end, -1)
         return logprobs
 
-    def _piece_logprobs(self, context: _Context, piece: tuple[int, ...], *,
-                        start: int) -> _LogSoftmax:
+    def _piece_logprobs(self, context: LlamaContext, piece: tuple[int, ...], *,
+                        start: int) -> LogSoftmax:
         if piece != self._piece:
             self._drop_piece()
-            kept: list[_LogSoftmax] = []
+            kept: list[LogSoftmax] = []
 
             def keep(index: int, logits: np.ndarray) -> None:
-                kept.append(_LogSoftmax(logits.copy()))
+                kept.append(LogSoftmax(logits.copy()))
 
             try:
                 self._decode(context, piece, start=start, keep_from=len(piece) - 1,
@@ -393,7 +327,7 @@ class LlamaReader:
             if context is not None:
                 context.clear()
 
-    def _ensure_prefix(self, context: _Context, prefix: tuple[int, ...]) -> None:
+    def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...]) -> None:
         if prefix == context.prefix:
             return
         if context is self._single:
@@ -402,7 +336,7 @@ class LlamaReader:
         self._decode(context, prefix, start=0)
         context.prefix = prefix
 
-    def _decode(self, context: _Context, tokens: Sequence[int], *, start: int,
+    def _decode(self, context: LlamaContext, tokens: Sequence[int], *, start: int,
                 keep_from: int | None = None,
                 on_logits: Callable[[int, np.ndarray], None] | None = None) -> None:
         """Decode ``tokens`` in sequence 0 at positions ``start``.. in chunks of the batch size.
@@ -431,7 +365,7 @@ class LlamaReader:
             self._projection = HiddenProjection.of(self.model.path)
         return self._projection.hidden(logits)
 
-    def _run(self, context: _Context, count: int, where: str) -> None:
+    def _run(self, context: LlamaContext, count: int, where: str) -> None:
         status = context.decode(count)
         if status != 0:
             self.forget_prefix()
@@ -442,42 +376,3 @@ class LlamaReader:
         for context in (self._single, self._multi):
             if context is not None:
                 context.close()
-
-
-def _packing_check_rows(vocab_size: int) -> tuple[tuple[int, ...], list[Row]]:
-    """A made-up prefix and option rows for ``LlamaReader._check_packing``: two question pieces,
-    options of one to four tokens that share leading tokens (a trie with several leaves), over
-    60 tokens in all, so that a round spans batches and splits its outputs."""
-    def token(number: int) -> int:
-        return 1000 + number * 37 % max(vocab_size - 1000, 1)
-
-    prefix = tuple(token(number) for number in range(12))
-    pieces = [tuple(token(100 + number) for number in range(20)),
-              tuple(token(200 + number) for number in range(18))]
-    options = [(token(300),), (token(300), token(301)), (token(300), token(302), token(303)),
-               (token(310), token(311), token(312), token(313)), (token(320),),
-               (token(310), token(311), token(314))]
-    rows = [Row(question_id=str(number), suffix_text="", suffix=piece + option,
-                option=index, continuation=len(option))
-            for number, piece in enumerate(pieces) for index, option in enumerate(options)]
-    return prefix, rows
-
-
-class _LogSoftmax:
-    """``log softmax(logits)[token]`` for any token of one logits row.
-
-    The normaliser is summed in double precision over single-precision exponentials, once
-    per row, whichever tokens are asked for."""
-
-    def __init__(self, logits: np.ndarray) -> None:
-        self._logits = logits
-        top = float(logits.max())
-        self._normaliser = top + math.log(float(np.exp(logits - np.float32(top)).sum(
-            dtype=np.float64)))
-
-    @property
-    def logits(self) -> np.ndarray:
-        return self._logits
-
-    def __call__(self, token: int) -> float:
-        return float(self._logits[token]) - self._normaliser

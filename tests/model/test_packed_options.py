@@ -9,6 +9,7 @@ import pytest
 
 import decide.llm.reader as reader_module
 from decide.core.protocol import parse_request
+from decide.llm.llama_context import LlamaContext
 from decide.llm.packing import GROUP, UBATCH, rounds, split_row
 
 pytestmark = pytest.mark.model
@@ -115,13 +116,13 @@ def test_option_rows_are_read_in_few_batches_that_keep_the_rule(default_engine, 
     reader = default_engine.reader
     reader.read(plan.prefix, plan.rows[:1])  # the state is cached now
     seen = []
-    real = reader_module._Context.decode
+    real = LlamaContext.decode
 
     def counting(context, count):
         seen.append((count, int(context.wants_logits[:count].sum())))
         return real(context, count)
 
-    monkeypatch.setattr(reader_module._Context, "decode", counting)
+    monkeypatch.setattr(LlamaContext, "decode", counting)
     before = reader.tokens_decoded
     reader.read(plan.prefix, plan.rows)
     split = [split_row(row.suffix, row.continuation) for row in plan.rows]

@@ -160,7 +160,7 @@ def test_a_failure_while_reading_a_piece_leaves_the_cache_consistent(default_eng
     plan = default_engine.engine.plan(parse_request({"state": TICKET,
                                                      "questions": {"d": DEPARTMENT}}))
     expected = reader.read(plan.prefix, plan.rows)
-    real = reader_module._LogSoftmax
+    real = reader_module.LogSoftmax
     calls = []
 
     def failing_once(logits):
@@ -169,8 +169,8 @@ def test_a_failure_while_reading_a_piece_leaves_the_cache_consistent(default_eng
             raise MemoryError("no room for a copy")
         return real(logits)
 
-    monkeypatch.setattr(reader_module, "_LogSoftmax", failing_once)
+    monkeypatch.setattr(reader_module, "LogSoftmax", failing_once)
     with pytest.raises(MemoryError):
         reader.read(plan.prefix, plan.rows)
-    monkeypatch.setattr(reader_module, "_LogSoftmax", real)
+    monkeypatch.setattr(reader_module, "LogSoftmax", real)
     assert reader.read(plan.prefix, plan.rows) == expected  # the same state: no stale cells

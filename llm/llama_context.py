@@ -1,0 +1,78 @@
+"""One llama.cpp context as the reader drives it: its batch, laid out as numpy views, and the
+state prefix cached in its sequence 0."""
+
+from __future__ import annotations
+
+import llama_cpp
+import numpy as np
+
+from decide.llm.gguf import GgufModel
+
+
+class DecodeError(RuntimeError):
+    """llama.cpp refused a batch (out of cache space, or a failed compute)."""
+
+
+class LlamaContext:
+    """One llama.cpp context, its batch and the prefix cached in its sequence 0."""
+
+    def __init__(self, model: GgufModel, *, cells: int, threads: int, batch_size: int,
+                 sequences: int, flash_attention: bool | None) -> None:
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = cells
+        params.n_batch = params.n_ubatch = batch_size
+        params.n_seq_max = sequences
+        params.n_threads = params.n_threads_batch = threads
+        params.swa_full = True
+        if flash_attention is not None:
+            params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention
+                                      else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        params.kv_unified = True
+        params.no_perf = True
+        context = llama_cpp.llama_init_from_model(model.pointer, params)
+        if not context:
+            raise DecodeError(f"model {model.name!r}: llama.cpp could not create a context of "
+                              f"{cells} tokens")
+        self.pointer = context
+        self.memory = llama_cpp.llama_get_memory(context)
+        self.cells = llama_cpp.llama_n_ctx(context)
+        self.sequences = sequences
+        self.batch_size = batch_size
+        self.vocab_size = model.vocab_size
+        self.batch = llama_cpp.llama_batch_init(batch_size, 0, sequences)
+        self.tokens = np.ctypeslib.as_array(self.batch.token, shape=(batch_size,))
+        self.positions = np.ctypeslib.as_array(self.batch.pos, shape=(batch_size,))
+        self.wants_logits = np.ctypeslib.as_array(self.batch.logits, shape=(batch_size,))
+        self.seq_counts = np.ctypeslib.as_array(self.batch.n_seq_id, shape=(batch_size,))
+        self.seq_ids = [np.ctypeslib.as_array(self.batch.seq_id[index], shape=(sequences,))
+                        for index in range(batch_size)]
+        self.seq_counts[:] = 1
+        for row in self.seq_ids:
+            row[0] = 0
+        self.prefix: tuple[int, ...] | None = None
+
+    def clear(self) -> None:
+        """Drop every cell. Only the cache's bookkeeping is reset (``data=False``): zeroing the
+        whole buffer costs milliseconds per request, and stale cells never count, since
+        attention masks every cell no sequence holds (flash attention skips them; otherwise
+        exp(-inf) = 0, and 0 times a finite value adds exactly 0)."""
+        self.prefix = None
+        llama_cpp.llama_memory_clear(self.memory, False)
+
+    def decode(self, count: int) -> int:
+        """Decode the batch's first ``count`` tokens; llama.cpp's status (0: done)."""
+        self.batch.n_tokens = count
+        return llama_cpp.llama_decode(self.pointer, self.batch)
+
+    def logits(self, index: int) -> np.ndarray:
+        """The logits of the current batch's token ``index`` (valid until the next decode)."""
+        pointer = llama_cpp.llama_get_logits_ith(self.pointer, index)
+        if not pointer:
+            raise DecodeError("llama.cpp returned no logits for a read position")
+        return np.ctypeslib.as_array(pointer, shape=(self.vocab_size,))
+
+    def close(self) -> None:
+        if self.pointer:
+            llama_cpp.llama_batch_free(self.batch)
+            llama_cpp.llama_free(self.pointer)
+            self.pointer = None
