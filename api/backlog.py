@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
-from decide.store import jobs
+from decide.store import job_reads
 from decide.store.db import Database
 
 MAX_AGE_SECONDS = 1.0
@@ -32,7 +32,7 @@ class LaneBacklog:
             read = self._read.get(lane)
         if read is not None and time.monotonic() - read[0] < self._max_age:
             return read[1]
-        queued = jobs.queued_rows(self._db, model=model, priority=priority)
+        queued = job_reads.queued_rows(self._db, model=model, priority=priority)
         with self._lock:
             self._read[lane] = (time.monotonic(), queued)
         return queued

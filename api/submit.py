@@ -23,7 +23,7 @@ from decide.api.quotas import (
 )
 from decide.api.taught import with_resolved
 from decide.core.protocol import PRIORITIES, parse_request, stored_request
-from decide.store import jobs
+from decide.store import job_reads, jobs, submission
 
 METADATA_MAX_BYTES = 16 * 1024
 
@@ -85,22 +85,22 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
                          stored=stored_request(body))
     fingerprint = request_hash(kept, priority, metadata, sync_call)
     if sync_call and idempotency_key is None:
-        joined = jobs.attach_sync_waiter(ctx.db, owner=owner, request_hash=fingerprint,
-                                         within=SHARE_SYNC_SECONDS)
+        joined = submission.attach_sync_waiter(ctx.db, owner=owner, request_hash=fingerprint,
+                                               within=SHARE_SYNC_SECONDS)
         if joined is not None:
             return Accepted(job=joined, created=False)
     admission = None
-    if idempotency_key is None or jobs.find_by_idempotency_key(
+    if idempotency_key is None or job_reads.find_by_idempotency_key(
             ctx.db, owner=owner, key=idempotency_key) is None:
         check_lane(ctx, config.name, priority, plan.row_total)
         admission = ctx.quotas.admission(owner, priority, plan.row_total)
     try:
-        job, created = jobs.create_job(
+        job, created = submission.create_job(
             ctx.db, owner=owner, model=config.name, priority=priority, request=kept,
             metadata=metadata, rows=plan.row_total, input_tokens=plan.input_tokens,
             idempotency_key=idempotency_key, request_hash=fingerprint,
             sync_waiters=1 if sync_call else 0, admit=admission)
-    except jobs.IdempotencyConflict as conflict:
+    except submission.IdempotencyConflict as conflict:
         raise invalid("header", ["Idempotency-Key"],
                       f"this Idempotency-Key was used for job {conflict} with another body; "
                       "use a new key for a new request", "idempotency_conflict") from conflict
@@ -135,7 +135,7 @@ def check_lane(ctx: ApiContext, model: str, priority: str, rows: int) -> None:
 
 
 def owned_job(ctx: ApiContext, job_id: str, owner: str) -> jobs.JobRecord:
-    job = jobs.get_job(ctx.db, job_id, owner)
+    job = job_reads.get_job(ctx.db, job_id, owner)
     if job is None:
         raise ApiError(404, "not_found_error", f"no job {job_id!r}")
     return job

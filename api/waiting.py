@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from starlette.concurrency import run_in_threadpool
 
 from decide.api.context import ApiContext
-from decide.store import jobs
+from decide.store import job_reads, jobs
 from decide.store.db import DATABASE_AWAY
 from decide.transport.events import JobEvents
 
@@ -68,7 +68,7 @@ class SharedReads:
         if latest is None or latest.started < not_before:
             loop = asyncio.get_running_loop()
             latest = _Read(loop.time(), asyncio.ensure_future(
-                run_in_threadpool(jobs.get_job, ctx.db, job_id, owner)))
+                run_in_threadpool(job_reads.get_job, ctx.db, job_id, owner)))
             # its error is each waiter's to raise; none left to wait is no error to report
             latest.result.add_done_callback(lambda done: done.cancelled() or done.exception())
             self._latest[key] = latest

@@ -12,7 +12,7 @@ tables and triggers: ``--batches`` batches of ``--batch-items`` items for the fi
 rest single queued jobs spread over the other keys. Then, ``--repeat`` times each, it times
 what the service runs, through its own functions:
 
-* the pick: ``store.jobs.unsent_by_owner`` (32 per key, the lane window);
+* the pick: ``store.delivery_book.unsent_by_owner`` (32 per key, the lane window);
 * a batch page: ``GET /v1/batches?limit=40`` of the first key as the route reads it
   (``store.batches.list_batches`` and ``progress_of``);
 * a scrape: ``store.status.queued_lanes`` and ``store.workers.live_counts`` rendered by the
@@ -46,9 +46,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy import text
 
 from decide.metrics import LaneCollector
-from decide.store import batches, counts, jobs, status, workers
+from decide.migrations.apply import upgrade
+from decide.store import batches, counts, delivery_book, status, workers
 from decide.store.db import make_engine
-from decide.store.migrate import upgrade
 
 POSTGRES_ADMIN = os.environ.get("DECIDE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 MODEL = "m"
@@ -149,8 +149,9 @@ def run(args: argparse.Namespace) -> None:
             batches.progress_of(db, [batch.id for batch in listed])
 
         reads = {
-            "pick": (lambda: jobs.unsent_by_owner(db, model=MODEL, priority="background",
-                                                  per_owner=32), old(OLD_PICK, model=MODEL)),
+            "pick": (lambda: delivery_book.unsent_by_owner(db, model=MODEL, priority="background",
+                                                           per_owner=32),
+                     old(OLD_PICK, model=MODEL)),
             "batch page": (new_page, old_page),
             "scrape": (lambda: generate_latest(registry), old(OLD_SCRAPE)),
         }

@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     """How many times a job's own decode may crash (its decoding runner died, or hung and was
     killed) before the job ends ``failed`` with ``worker_crashed``: a job that crashes workers
     would otherwise crash every worker in turn, for ever. A worker that vanishes under a job
-    counts no attempt (``store.jobs.VANISHED_CLAIMS_PER_ATTEMPT`` bounds those)."""
+    counts no attempt (``store.recovery.VANISHED_CLAIMS_PER_ATTEMPT`` bounds those)."""
 
     @property
     def embedded(self) -> bool:

@@ -7,8 +7,8 @@ from fastapi import FastAPI
 from decide.config.settings import Settings
 from decide.launch.common import api_context, app_for
 from decide.llm.catalog import load_catalog
+from decide.migrations.apply import upgrade
 from decide.store.db import make_engine
-from decide.store.migrate import upgrade
 from decide.transport.events import JobEvents
 from decide.worker.embedded import EmbeddedWorker
 

@@ -1,1 +1,1 @@
-"""Alembic migrations of the jobs store; ``decide migrate`` applies them (``store.migrate``)."""
+"""Alembic migrations of the jobs store; ``decide migrate`` applies them (``migrations.apply``)."""

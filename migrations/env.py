@@ -1,4 +1,5 @@
-"""Alembic environment: the URL comes from the caller (``store.migrate``) or DECIDE_* settings."""
+"""Alembic environment: the URL comes from the caller (``migrations.apply``) or the DECIDE_*
+settings."""
 
 from __future__ import annotations
 

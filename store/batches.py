@@ -11,7 +11,8 @@ from sqlalchemy import Engine, select, update
 
 from decide.store import counts
 from decide.store.clock import read_database_now
-from decide.store.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, STATUSES, new_id
+from decide.store.ids import new_id
+from decide.store.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, STATUSES
 from decide.store.quota import Admit, Charge, batch_item_bytes
 from decide.store.tables import batches, jobs
 
@@ -44,7 +45,7 @@ class Progress:
 
 SUMMARY_COLUMNS = tuple(column for column in batches.c if column.name != "questions")
 """Every column but the question set, which can be megabytes: what a batch's view and the
-list of batches read (workers read the questions, once per batch: ``store.jobs``)."""
+list of batches read (workers read the questions, once per batch: ``store.job_reads``)."""
 
 
 def _record(row: Any) -> BatchRecord:

@@ -17,6 +17,7 @@ from sqlalchemy import Engine, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from decide.store.clock import database_now, read_database_now
+from decide.store.ids import new_id
 from decide.store.jobs import (
     FIT,
     QUEUED,
@@ -24,8 +25,7 @@ from decide.store.jobs import (
     SUCCEEDED,
     SUMMARY_COLUMNS,
     JobRecord,
-    _record,
-    new_id,
+    job_record,
 )
 from decide.store.quota import Admit, Charge, stored_bytes
 from decide.store.tables import job_labels, jobs, taught_questions
@@ -105,7 +105,7 @@ def create_taught(db: Engine, *, owner: str, model: str, match_key: str,
                                      .returning(*SUMMARY_COLUMNS)).one()
         connection.execute(taught_questions.insert().values(**values))
     record = TaughtRecord(**{**values, "question": question, "examples": examples})
-    return record, _record(job_row)
+    return record, job_record(job_row)
 
 
 def get_taught(db: Engine, taught_id: str, owner: str | None = None, *,

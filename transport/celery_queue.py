@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from decide.store import jobs
+from decide.store import delivery_book
 from decide.store.db import Database
 from decide.store.workers import live_counts
 from decide.transport.broker import Broker
@@ -31,7 +31,7 @@ class CeleryQueue:
             log.warning("job %s stays queued unsent: %s", job_id, error)
             return
         try:
-            jobs.mark_sent(self._db, [job_id])
+            delivery_book.mark_sent(self._db, [job_id])
         except Exception as error:  # accepted is accepted: the delivery loop sends it again
             log.warning("job %s was sent but not marked sent (%s); it may be sent twice, "
                         "harmlessly", job_id, error)

@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from decide.store import jobs
+from decide.store import retention
 from decide.store.db import Database
 
 T = TypeVar("T")
 PURGE_EVERY_SECONDS = 3600.0
-"""How often a worker applies retention (``store.jobs.apply_retention``)."""
+"""How often a worker applies retention (``store.retention.apply_retention``)."""
 
 
 class ForegroundFirst(Generic[T]):
@@ -45,7 +45,7 @@ class ForegroundFirst(Generic[T]):
 
 
 class Retention:
-    """``store.jobs.apply_retention`` with the cutoff ``retention_days`` ago by the database's
+    """``store.retention.apply_retention`` with the cutoff ``retention_days`` ago by the database's
     clock, at most every ``PURGE_EVERY_SECONDS`` (the first call applies it). A round that
     fails is not retried before the next one is due; the caller decides what a failure
     means."""
@@ -60,4 +60,5 @@ class Retention:
         if now - self._last < PURGE_EVERY_SECONDS:
             return
         self._last = now
-        jobs.apply_retention(self._db, jobs.retention_cutoff(self._db, self._retention_seconds))
+        retention.apply_retention(self._db, retention.retention_cutoff(self._db,
+                                                                       self._retention_seconds))

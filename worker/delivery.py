@@ -25,7 +25,7 @@ import threading
 import time
 
 from decide.core.protocol import FOREGROUND, PRIORITIES
-from decide.store import counts, jobs
+from decide.store import counts, delivery_book, recovery
 from decide.store.db import Database, gave_up_on_a_lock
 from decide.store.leader import SessionLock
 from decide.store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
@@ -164,24 +164,25 @@ class Delivery:
         """Jobs of workers that stopped: re-queued, or failed once out of attempts; a failed
         one is announced, so a front door waiting on it answers now rather than at its
         timeout."""
-        requeued, failed = jobs.requeue_abandoned(self._db, dead_after=DEAD_AFTER_SECONDS,
-                                                  max_attempts=self._max_attempts,
-                                                  known_alive=self._own_worker)
+        requeued, failed = recovery.requeue_abandoned(self._db, dead_after=DEAD_AFTER_SECONDS,
+                                                      max_attempts=self._max_attempts,
+                                                      known_alive=self._own_worker)
         if requeued:
             log.warning("re-queued %d jobs of workers that stopped", requeued)
         if failed:
             log.warning("%d jobs failed with %s, their workers having vanished %d times or "
-                        "more: %s", len(failed), jobs.WORKER_CRASHED,
-                        jobs.VANISHED_CLAIMS_PER_ATTEMPT * self._max_attempts, ", ".join(failed))
+                        "more: %s", len(failed), recovery.WORKER_CRASHED,
+                        recovery.VANISHED_CLAIMS_PER_ATTEMPT * self._max_attempts,
+                        ", ".join(failed))
         for job_id in failed:
             self._broker.publish_finished(job_id)
 
     def _refill(self, model: str, priority: str, in_redis: int, repairing: bool) -> None:
         if repairing:
-            sent = jobs.sent_queued_ids(self._db, model=model, priority=priority,
-                                        grace=RESEND_GRACE_SECONDS)
+            sent = delivery_book.sent_queued_ids(self._db, model=model, priority=priority,
+                                                 grace=RESEND_GRACE_SECONDS)
             missing = set(sent) - self._broker.lane_ids(model, priority) if sent else set()
-            lost = jobs.forget_sent(self._db, sorted(missing))
+            lost = delivery_book.forget_sent(self._db, sorted(missing))
             if lost:
                 log.warning("%s %s: %d sent jobs are not on the broker; sending again",
                             model, priority, lost)
@@ -189,12 +190,12 @@ class Delivery:
         if in_redis >= window or (priority == FOREGROUND and in_redis > window // 2):
             return  # enough waiting: most ticks end here, with one Redis round trip
         room = window - in_redis
-        waiting = jobs.unsent_by_owner(self._db, model=model, priority=priority,
-                                       per_owner=room)
+        waiting = delivery_book.unsent_by_owner(self._db, model=model, priority=priority,
+                                                per_owner=room)
         job_ids = self._turns.setdefault((model, priority), KeyTurns()).pick(waiting, room)
         for job_id in job_ids:
             self._broker.send(job_id, model, priority)
-        jobs.mark_sent(self._db, job_ids)
+        delivery_book.mark_sent(self._db, job_ids)
 
     def _fed_models(self) -> list[str]:
         """The models of this worker's models file, and every model a live worker serves: the

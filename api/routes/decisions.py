@@ -24,7 +24,7 @@ from decide.api.schemas import (
 from decide.api.submit import accept, checked_priority
 from decide.api.views import job_view, sync_response
 from decide.api.waiting import wait_finished
-from decide.store import jobs
+from decide.store import job_reads, jobs, submission
 from decide.store.db import DATABASE_AWAY
 
 router = APIRouter()
@@ -49,10 +49,10 @@ async def wait_while_connected(ctx: ApiContext, request: Request, job_id: str,
             await asyncio.wait({waiting}, timeout=DISCONNECT_CHECK_SECONDS)
             if not waiting.done() and await request.is_disconnected():
                 waiting.cancel()
-                await run_in_threadpool(jobs.leave_sync_waiter, ctx.db, job_id)
+                await run_in_threadpool(submission.leave_sync_waiter, ctx.db, job_id)
                 await asyncio.sleep(LEFT_GRACE_SECONDS)
-                if await run_in_threadpool(jobs.cancel_unwaited, ctx.db, job_id):
-                    job = await run_in_threadpool(jobs.get_job, ctx.db, job_id)
+                if await run_in_threadpool(submission.cancel_unwaited, ctx.db, job_id):
+                    job = await run_in_threadpool(job_reads.get_job, ctx.db, job_id)
                     if job is not None:
                         metrics.jobs_finished.labels(job.model, job.priority,
                                                      jobs.CANCELLED).inc()
@@ -62,7 +62,7 @@ async def wait_while_connected(ctx: ApiContext, request: Request, job_id: str,
         raise
     # a waiter left counted (the database away) only spares the job from being cancelled
     with contextlib.suppress(*DATABASE_AWAY):
-        await run_in_threadpool(jobs.leave_sync_waiter, ctx.db, job_id)
+        await run_in_threadpool(submission.leave_sync_waiter, ctx.db, job_id)
     return True, waiting.result()
 
 

@@ -17,7 +17,7 @@ from decide.api.submit import accept, checked_metadata, checked_priority, owned_
 from decide.api.views import job_view
 from decide.api.waiting import wait_finished
 from decide.core.protocol import MAX_WAIT_SECONDS
-from decide.store import jobs
+from decide.store import job_reads, jobs, submission
 
 router = APIRouter()
 JOB_FIELDS = ("priority", "metadata")
@@ -60,7 +60,7 @@ async def read_job(job_id: str, ctx: Context, owner: Owner,
 @router.delete("/v1/jobs/{job_id}", responses=responses({200: JobSchema}))
 async def cancel_job(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
     before = await run_in_threadpool(owned_job, ctx, job_id, owner)
-    job = await run_in_threadpool(jobs.cancel_job, ctx.db, job_id, owner)
+    job = await run_in_threadpool(submission.cancel_job, ctx.db, job_id, owner)
     if job is not None and job.status == jobs.RUNNING:
         await run_in_threadpool(ctx.queue.cancel, job_id)
     elif job is not None and before.status == jobs.QUEUED and job.status == jobs.CANCELLED:
@@ -79,7 +79,7 @@ async def list_jobs(ctx: Context, owner: Owner,
     if status is not None and status not in jobs.STATUSES:
         raise invalid("query", ["status"], f"status must be one of {', '.join(jobs.STATUSES)}",
                       "literal_error")
-    page = await run_in_threadpool(jobs.list_jobs, ctx.db, owner=owner, status=status,
+    page = await run_in_threadpool(job_reads.list_jobs, ctx.db, owner=owner, status=status,
                                    limit=limit + 1, after=after)
     more = len(page) > limit
     page = page[:limit]

@@ -27,7 +27,7 @@ from decide.api.waiting import wait_finished
 from decide.core.protocol import MAX_WAIT_SECONDS, parse_request
 from decide.core.questions import json_kind
 from decide.core.taught import MAX_EXAMPLES, match_key
-from decide.store import jobs
+from decide.store import job_reads, jobs
 from decide.store import taught as taught_store
 
 router = APIRouter()
@@ -127,7 +127,8 @@ def _label(ctx: ApiContext, owner: str, job_id: str, body: Any) -> dict[str, Any
     if not isinstance(body, dict):
         raise invalid("body", [], f"the body must be a JSON object, not {json_kind(body)}",
                       "dict_type")
-    full = jobs.full_request(ctx.db, jobs.get_job(ctx.db, job_id, owner, with_request=True))
+    full = job_reads.full_request(ctx.db, job_reads.get_job(ctx.db, job_id, owner,
+                                                            with_request=True))
     request = parse_request(full, blank_state_ok=True)
     answers = check_label_answers(body.get("answers"), request.questions)
     by_id = {question.id: question for question in request.questions}

@@ -16,7 +16,7 @@ from limits.storage import storage_from_string
 from limits.strategies import SlidingWindowCounterRateLimiter
 
 from decide.api import waiting
-from decide.store import jobs
+from decide.store import job_reads
 from decide.transport.broker import Broker, ChannelListener
 from decide.transport.events import JobEvents
 from tests.slow_work import distinct_nouls
@@ -128,7 +128,7 @@ def test_waiters_on_one_job_share_its_reads_while_finishes_are_not_announced(mon
         reads.append(time.monotonic())
         return QUEUED_JOB
 
-    monkeypatch.setattr(jobs, "get_job", get_job)
+    monkeypatch.setattr(job_reads, "get_job", get_job)
     ctx = SimpleNamespace(db=None, events=JobEvents(trusted=False))
 
     async def wait_all() -> list:

@@ -78,7 +78,7 @@ def test_the_installed_package_holds_only_decide_and_every_module_imports_from_i
              "assert load_set() and load_set(Path(DEFAULT_SET).with_name('calibration.jsonl'))\n"
              "from decide.llm.catalog import EMBEDDED_PROFILE\n"
              "assert EMBEDDED_PROFILE.is_file()\n"
-             "from decide.store.migrate import SCRIPT_LOCATION\n"
+             "from decide.migrations.apply import SCRIPT_LOCATION\n"
              "assert (Path(SCRIPT_LOCATION) / 'script.py.mako').is_file()\n"
              "from decide.cli.main import build_parser\n"
              "commands = build_parser().commands\n"

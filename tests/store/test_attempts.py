@@ -9,7 +9,7 @@ from sqlalchemy import func, select, update
 
 from decide.api.views import batch_view
 from decide.config.settings import Settings
-from decide.store import batches, jobs
+from decide.store import batches, job_claims, job_reads, jobs, recovery, submission
 from decide.store.tables import jobs as jobs_table
 from decide.store.tables import usage
 from decide.store.workers import beat
@@ -20,8 +20,8 @@ ALIVE = "worker-alive"
 
 
 def new(db, model: str = "m") -> str:
-    job, _ = jobs.create_job(db, owner="alice", model=model, priority="background",
-                             request=REQUEST, metadata=None, rows=1, input_tokens=20)
+    job, _ = submission.create_job(db, owner="alice", model=model, priority="background",
+                                   request=REQUEST, metadata=None, rows=1, input_tokens=20)
     return job.id
 
 
@@ -31,7 +31,7 @@ def usage_rows(db) -> int:
 
 
 def claim(db, job_id: str, worker_id: str | None = DEAD) -> jobs.JobRecord:
-    claimed = jobs.claim_job(db, job_id, worker_id)
+    claimed = job_claims.claim_job(db, job_id, worker_id)
     assert claimed is not None
     return claimed
 
@@ -39,8 +39,8 @@ def claim(db, job_id: str, worker_id: str | None = DEAD) -> jobs.JobRecord:
 def abandon(db, max_attempts: int = 3) -> tuple[int, list[str]]:
     """The repair step, with only ALIVE beating: DEAD's jobs are abandoned."""
     beat(db, worker_id=ALIVE, model="m", hostname="h", pid=1)
-    return jobs.requeue_abandoned(db, dead_after=10,
-                                  max_attempts=max_attempts)
+    return recovery.requeue_abandoned(db, dead_after=10,
+                                      max_attempts=max_attempts)
 
 
 def crash_until_runs(db, job_id: str, runs: int) -> None:
@@ -48,24 +48,24 @@ def crash_until_runs(db, job_id: str, runs: int) -> None:
     (on DEAD)."""
     for _ in range(runs - 1):
         claim(db, job_id)
-        assert jobs.release_crashed(db, job_id, max_attempts=runs) == jobs.QUEUED
+        assert recovery.release_crashed(db, job_id, max_attempts=runs) == jobs.QUEUED
     claim(db, job_id)
 
 
 def assert_crashed(db, job_id: str, attempts: int, max_attempts: int = 3) -> jobs.JobRecord:
-    job = jobs.get_job(db, job_id)
+    job = job_reads.get_job(db, job_id)
     assert job.status == jobs.FAILED and job.finished_at is not None
     assert job.decode_runs == attempts
-    assert job.error["error_type"] == jobs.WORKER_CRASHED == "worker_crashed"
+    assert job.error["error_type"] == recovery.WORKER_CRASHED == "worker_crashed"
     assert f"died {attempts} times" in job.error["message"]
     assert f"DECIDE_MAX_ATTEMPTS is {max_attempts}" in job.error["message"]
     assert job.result is None and usage_rows(db) == 0
-    assert jobs.claim_job(db, job_id, ALIVE) is None  # failed stays failed
+    assert job_claims.claim_job(db, job_id, ALIVE) is None  # failed stays failed
     return job
 
 
 def assert_requeued(db, job_id: str, runs: int) -> None:
-    job = jobs.get_job(db, job_id)
+    job = job_reads.get_job(db, job_id)
     assert job.status == jobs.QUEUED and job.decode_runs == runs and job.error is None
     assert job.started_at is None and job.worker_id is None and job.sent_at is None
     assert job.finished_at is None
@@ -82,12 +82,12 @@ def test_max_attempts_setting_defaults_to_3_and_rejects_less_than_1(monkeypatch)
 
 
 def test_crashed_error_names_the_count_the_cause_and_the_setting():
-    error = jobs.crashed_error(3, 3, "the decoding runner was killed by SIGSEGV")
+    error = recovery.crashed_error(3, 3, "the decoding runner was killed by SIGSEGV")
     assert set(error) == {"error_type", "message"} and error["error_type"] == "worker_crashed"
     assert "the decoding process died 3 times while decoding this job" in error["message"]
     assert "killed by SIGSEGV" in error["message"]
     assert "not tried again" in error["message"] and "DECIDE_MAX_ATTEMPTS" in error["message"]
-    assert "died once" in jobs.crashed_error(1, 1)["message"]
+    assert "died once" in recovery.crashed_error(1, 1)["message"]
 
 
 def test_every_claim_counts_an_attempt(db):
@@ -95,7 +95,7 @@ def test_every_claim_counts_an_attempt(db):
     assert claim(db, job_id).decode_runs == 1
     assert abandon(db) == (1, [])
     assert claim(db, job_id, ALIVE).decode_runs == 2
-    assert jobs.get_job(db, job_id).decode_runs == 2
+    assert job_reads.get_job(db, job_id).decode_runs == 2
 
 
 def abandon_until_runs(db, job_id: str, runs: int, max_attempts: int = 3) -> None:
@@ -108,12 +108,12 @@ def abandon_until_runs(db, job_id: str, runs: int, max_attempts: int = 3) -> Non
 
 
 def assert_vanished(db, job_id: str, claims: int, max_attempts: int = 3) -> jobs.JobRecord:
-    job = jobs.get_job(db, job_id)
+    job = job_reads.get_job(db, job_id)
     assert job.status == jobs.FAILED and job.decode_runs == claims
-    assert job.error["error_type"] == jobs.WORKER_CRASHED
+    assert job.error["error_type"] == recovery.WORKER_CRASHED
     assert f"its worker stopped {claims} times" in job.error["message"]
     assert f"DECIDE_MAX_ATTEMPTS being {max_attempts}" in job.error["message"]
-    assert jobs.claim_job(db, job_id, ALIVE) is None  # failed stays failed
+    assert job_claims.claim_job(db, job_id, ALIVE) is None  # failed stays failed
     return job
 
 
@@ -124,18 +124,18 @@ def test_a_job_whose_workers_vanish_counts_no_attempt_until_the_fleet_guard(db):
     container down) end it."""
     job_id, kept = new(db), new(db)
     claim(db, kept, ALIVE)  # a live worker's job is left alone throughout
-    limit = jobs.VANISHED_CLAIMS_PER_ATTEMPT * 3
+    limit = recovery.VANISHED_CLAIMS_PER_ATTEMPT * 3
     for runs in range(1, limit):
         claim(db, job_id)
-        sent = jobs.get_job(db, job_id)
+        sent = job_reads.get_job(db, job_id)
         assert sent.worker_id == DEAD and sent.started_at is not None
         assert abandon(db) == (1, [])
         assert_requeued(db, job_id, runs)
-        assert jobs.get_job(db, job_id).crashes == 0
+        assert job_reads.get_job(db, job_id).crashes == 0
     claim(db, job_id)
     assert abandon(db) == (0, [job_id])
     assert_vanished(db, job_id, limit)
-    kept_job = jobs.get_job(db, kept)
+    kept_job = job_reads.get_job(db, kept)
     assert kept_job.status == jobs.RUNNING and kept_job.worker_id == ALIVE
     assert abandon(db) == (0, [])  # nothing left to repair
 
@@ -144,10 +144,10 @@ def test_a_vanished_worker_adds_no_crash_to_a_job_that_crashed_before(db):
     job_id = new(db)
     crash_until_runs(db, job_id, 3)  # two crashes of its own, now running a third time
     assert abandon(db) == (1, [])
-    assert jobs.get_job(db, job_id).crashes == 2
+    assert job_reads.get_job(db, job_id).crashes == 2
     claim(db, job_id)
-    assert jobs.release_crashed(db, job_id, max_attempts=3) == jobs.FAILED
-    assert "died 3 times" in jobs.get_job(db, job_id).error["message"]
+    assert recovery.release_crashed(db, job_id, max_attempts=3) == jobs.FAILED
+    assert "died 3 times" in job_reads.get_job(db, job_id).error["message"]
 
 
 def test_one_repair_requeues_some_and_fails_others_each_with_its_own_count(db):
@@ -173,21 +173,21 @@ def test_requeue_running_requeues_then_fails_and_keeps_to_its_model(db):
     job_id, other = new(db), new(db, model="other")
     crash_until_runs(db, job_id, 2)
     claim(db, other)
-    assert jobs.requeue_running(db, "m", max_attempts=3) == (1, [])
+    assert recovery.requeue_running(db, "m", max_attempts=3) == (1, [])
     assert_requeued(db, job_id, 2)
-    assert jobs.get_job(db, job_id).crashes == 1
-    assert jobs.get_job(db, other).status == jobs.RUNNING  # another model's: not ours
+    assert job_reads.get_job(db, job_id).crashes == 1
+    assert job_reads.get_job(db, other).status == jobs.RUNNING  # another model's: not ours
     claim(db, job_id)
-    assert jobs.requeue_running(db, "m", max_attempts=1) == (0, [job_id])  # 3 claims of 3
+    assert recovery.requeue_running(db, "m", max_attempts=1) == (0, [job_id])  # 3 claims of 3
     assert_vanished(db, job_id, 3, max_attempts=1)
-    assert jobs.requeue_running(db, max_attempts=3) == (1, [])
-    assert jobs.get_job(db, other).status == jobs.QUEUED
+    assert recovery.requeue_running(db, max_attempts=3) == (1, [])
+    assert job_reads.get_job(db, other).status == jobs.QUEUED
 
 
 def test_release_crashed_requeues_with_attempts_left(db):
     job_id = new(db)
     claim(db, job_id, ALIVE)
-    assert jobs.release_crashed(db, job_id, max_attempts=2, worker_id=ALIVE) == jobs.QUEUED
+    assert recovery.release_crashed(db, job_id, max_attempts=2, worker_id=ALIVE) == jobs.QUEUED
     assert_requeued(db, job_id, 1)
 
 
@@ -195,38 +195,38 @@ def test_release_crashed_fails_the_last_attempt_with_its_cause(db):
     job_id = new(db)
     crash_until_runs(db, job_id, 2)
     cause = "the decoding runner was killed by SIGSEGV"
-    assert jobs.release_crashed(db, job_id, max_attempts=2, worker_id=DEAD,
-                                cause=cause) == jobs.FAILED
+    assert recovery.release_crashed(db, job_id, max_attempts=2, worker_id=DEAD,
+                                    cause=cause) == jobs.FAILED
     job = assert_crashed(db, job_id, 2, max_attempts=2)
     assert cause in job.error["message"]
 
 
 def test_release_crashed_leaves_a_finished_job_or_another_workers_alone(db):
     done, taken, queued = new(db), new(db), new(db)
-    assert jobs.finish_job(db, claim(db, done), status=jobs.SUCCEEDED, result={"answers": {}})
-    assert jobs.release_crashed(db, done, max_attempts=1) is None
-    assert jobs.get_job(db, done).status == jobs.SUCCEEDED and usage_rows(db) == 1
+    assert job_claims.finish_job(db, claim(db, done), status=jobs.SUCCEEDED, result={"answers": {}})
+    assert recovery.release_crashed(db, done, max_attempts=1) is None
+    assert job_reads.get_job(db, done).status == jobs.SUCCEEDED and usage_rows(db) == 1
     claim(db, taken, ALIVE)
-    assert jobs.release_crashed(db, taken, max_attempts=1, worker_id=DEAD) is None
-    held = jobs.get_job(db, taken)
+    assert recovery.release_crashed(db, taken, max_attempts=1, worker_id=DEAD) is None
+    held = job_reads.get_job(db, taken)
     assert held.status == jobs.RUNNING and held.worker_id == ALIVE and held.error is None
-    assert jobs.release_crashed(db, queued, max_attempts=1) is None
-    assert jobs.get_job(db, queued).status == jobs.QUEUED
-    assert jobs.release_crashed(db, "job_missing", max_attempts=1) is None
+    assert recovery.release_crashed(db, queued, max_attempts=1) is None
+    assert job_reads.get_job(db, queued).status == jobs.QUEUED
+    assert recovery.release_crashed(db, "job_missing", max_attempts=1) is None
 
 
 def test_a_batch_counts_a_crashed_item_as_failed_and_completes(db):
     batch, (ok, poison) = batches.create_batch(
         db, owner="alice", model="m", priority="background", questions=REQUEST["questions"],
         metadata=None, items=[("a", "s1"), ("b", "s2")], rows_per_item=1)
-    assert jobs.finish_job(db, claim(db, ok), status=jobs.SUCCEEDED, result={"answers": {}})
+    assert job_claims.finish_job(db, claim(db, ok), status=jobs.SUCCEEDED, result={"answers": {}})
     claim(db, poison)
-    assert jobs.release_crashed(db, poison, max_attempts=2) == jobs.QUEUED
+    assert recovery.release_crashed(db, poison, max_attempts=2) == jobs.QUEUED
     in_progress = batch_view(batch, batches.progress(db, batch.id))
     assert in_progress["status"] == "in_progress"
     assert in_progress["request_counts"]["queued"] == 1
     claim(db, poison)
-    assert jobs.release_crashed(db, poison, max_attempts=2) == jobs.FAILED
+    assert recovery.release_crashed(db, poison, max_attempts=2) == jobs.FAILED
     view = batch_view(batch, batches.progress(db, batch.id))
     assert view["status"] == "completed" and view["finished_at"] is not None
     assert view["request_counts"] == {"total": 2, "queued": 0, "running": 0, "succeeded": 1,
@@ -234,7 +234,7 @@ def test_a_batch_counts_a_crashed_item_as_failed_and_completes(db):
     lines = list(batches.finished_items(db, batch.id))
     assert [line["status"] for line in lines] == ["succeeded", "failed"]
     assert lines[1]["custom_id"] == "b"
-    assert lines[1]["error"]["error_type"] == jobs.WORKER_CRASHED
+    assert lines[1]["error"]["error_type"] == recovery.WORKER_CRASHED
     assert usage_rows(db) == 1  # the success only
 
 
@@ -271,21 +271,21 @@ def test_delivery_fails_a_poison_job_and_announces_it(db, caplog):
 
 def test_unclaim_puts_a_job_back_without_counting_the_claim(db):
     job_id = new(db)
-    assert jobs.claim_job(db, job_id, "worker-a") is not None
-    assert jobs.unclaim(db, job_id, worker_id="worker-b") is False
-    assert jobs.unclaim(db, job_id, worker_id="worker-a") is True
-    back = jobs.get_job(db, job_id)
+    assert job_claims.claim_job(db, job_id, "worker-a") is not None
+    assert job_claims.unclaim(db, job_id, worker_id="worker-b") is False
+    assert job_claims.unclaim(db, job_id, worker_id="worker-a") is True
+    back = job_reads.get_job(db, job_id)
     assert (back.status, back.decode_runs, back.worker_id, back.sent_at) == (
         jobs.QUEUED, 0, None, None)
-    assert jobs.unclaim(db, job_id) is False
+    assert job_claims.unclaim(db, job_id) is False
 
 
 def test_a_job_cancelled_while_its_decode_crashed_ends_cancelled_not_requeued(db):
     job_id = new(db)
     claimed = claim(db, job_id)
-    assert jobs.cancel_job(db, job_id, "alice").cancel_requested
-    assert jobs.release_crashed(db, job_id, max_attempts=3, worker_id=DEAD,
-                                attempt=claimed.decode_runs) == jobs.CANCELLED
-    ended = jobs.get_job(db, job_id)
+    assert submission.cancel_job(db, job_id, "alice").cancel_requested
+    assert recovery.release_crashed(db, job_id, max_attempts=3, worker_id=DEAD,
+                                    attempt=claimed.decode_runs) == jobs.CANCELLED
+    ended = job_reads.get_job(db, job_id)
     assert (ended.status, ended.decode_runs) == (jobs.CANCELLED, 1)
     assert ended.finished_at is not None and usage_rows(db) == 0

@@ -8,7 +8,17 @@ import threading
 
 from sqlalchemy import func, select, update
 
-from decide.store import batches, counts, jobs, status
+from decide.store import (
+    batches,
+    counts,
+    job_claims,
+    job_reads,
+    jobs,
+    recovery,
+    retention,
+    status,
+    submission,
+)
 from decide.store.tables import batch_counts
 from decide.store.tables import jobs as jobs_table
 from decide.store.workers import beat
@@ -17,8 +27,8 @@ REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"
 
 
 def new(db, owner: str = "alice", *, priority: str = "background", rows: int = 2) -> str:
-    job, _ = jobs.create_job(db, owner=owner, model="m", priority=priority, request=REQUEST,
-                             metadata=None, rows=rows, input_tokens=1)
+    job, _ = submission.create_job(db, owner=owner, model="m", priority=priority, request=REQUEST,
+                                   metadata=None, rows=rows, input_tokens=1)
     return job.id
 
 
@@ -50,29 +60,29 @@ def test_every_change_of_state_is_counted(db):
     batch, items = batches.create_batch(
         db, owner="bob", model="m", priority="background", questions=REQUEST["questions"],
         metadata=None, items=[(f"c{i}", f"s{i}") for i in range(5)], rows_per_item=3)
-    finished = jobs.claim_job(db, made[0], "w1")
-    jobs.finish_job(db, finished, status=jobs.SUCCEEDED, result={"answers": {}})
-    failed = jobs.claim_job(db, made[1], "w1")
-    jobs.finish_job(db, failed, status=jobs.FAILED, error={"error_type": "x"})
-    jobs.cancel_job(db, made[2], "alice")
-    jobs.claim_job(db, made[3], "gone")  # its worker never beats: re-queued by the repair
+    finished = job_claims.claim_job(db, made[0], "w1")
+    job_claims.finish_job(db, finished, status=jobs.SUCCEEDED, result={"answers": {}})
+    failed = job_claims.claim_job(db, made[1], "w1")
+    job_claims.finish_job(db, failed, status=jobs.FAILED, error={"error_type": "x"})
+    submission.cancel_job(db, made[2], "alice")
+    job_claims.claim_job(db, made[3], "gone")  # its worker never beats: re-queued by the repair
     beat(db, worker_id="w1", model="m", hostname="h", pid=1)
-    jobs.requeue_abandoned(db, dead_after=10, max_attempts=3)
-    unclaimed = jobs.claim_job(db, made[4], "w1")
-    jobs.unclaim(db, made[4], worker_id="w1", attempt=unclaimed.decode_runs)
-    jobs.claim_job(db, made[5], "w1")
-    jobs.release_crashed(db, made[5], max_attempts=1, worker_id="w1")  # out of attempts
-    item = jobs.claim_job(db, items[0], "w1")
-    jobs.finish_job(db, item, status=jobs.SUCCEEDED, result={"answers": {}})
-    jobs.claim_job(db, items[1], "w1")
+    recovery.requeue_abandoned(db, dead_after=10, max_attempts=3)
+    unclaimed = job_claims.claim_job(db, made[4], "w1")
+    job_claims.unclaim(db, made[4], worker_id="w1", attempt=unclaimed.decode_runs)
+    job_claims.claim_job(db, made[5], "w1")
+    recovery.release_crashed(db, made[5], max_attempts=1, worker_id="w1")  # out of attempts
+    item = job_claims.claim_job(db, items[0], "w1")
+    job_claims.finish_job(db, item, status=jobs.SUCCEEDED, result={"answers": {}})
+    job_claims.claim_job(db, items[1], "w1")
     batches.cancel_batch(db, batch.id, "bob")
     counts.fold(db)
     assert kept(db) == counted_by_hand(db)
     [figures] = counts.batch_figures(db, [batch.id]).values()
     assert {state: n for state, (n, _) in figures.items() if n} == batch_counted_by_hand(
         db, batch.id)
-    assert jobs.queued_rows(db, model="m", priority="background") == 2 * 2
-    assert jobs.queued_rows(db, model="m", priority="foreground") == 5
+    assert job_reads.queued_rows(db, model="m", priority="background") == 2 * 2
+    assert job_reads.queued_rows(db, model="m", priority="foreground") == 5
 
 
 def test_reads_add_what_is_not_folded_yet(db):
@@ -87,9 +97,10 @@ def test_retention_leaves_no_counts_behind(db):
         db, owner="bob", model="m", priority="background", questions=REQUEST["questions"],
         metadata=None, items=[("a", "s"), ("b", "s")], rows_per_item=1)
     for item_id in items:
-        jobs.finish_job(db, jobs.claim_job(db, item_id), status=jobs.SUCCEEDED, result={})
+        job_claims.finish_job(db, job_claims.claim_job(db, item_id), status=jobs.SUCCEEDED,
+                              result={})
     new(db)
-    jobs.apply_retention(db, cutoff=10**12)  # every job is older: expired, then deleted
+    retention.apply_retention(db, cutoff=10**12)  # every job is older: expired, then deleted
     counts.fold(db)
     assert kept(db) == counted_by_hand(db) == {}
     assert counts.batch_figures(db, [batch.id]) == {batch.id: {}}
@@ -102,8 +113,8 @@ def test_a_batch_page_reads_its_progress_from_the_counts(db):
     batch, items = batches.create_batch(
         db, owner="bob", model="m", priority="background", questions=REQUEST["questions"],
         metadata=None, items=[(f"c{i}", "s") for i in range(4)], rows_per_item=1)
-    done = jobs.claim_job(db, items[0])
-    jobs.finish_job(db, done, status=jobs.SUCCEEDED, result={})
+    done = job_claims.claim_job(db, items[0])
+    job_claims.finish_job(db, done, status=jobs.SUCCEEDED, result={})
     with db.begin() as connection:  # a finish's time, as the database stamped it
         finished_at = connection.execute(select(jobs_table.c.finished_at)
                                          .where(jobs_table.c.id == items[0])).scalar()
@@ -115,8 +126,8 @@ def test_a_batch_page_reads_its_progress_from_the_counts(db):
 
 def test_concurrent_transitions_on_postgresql_neither_deadlock_nor_drift(postgres_url):
     """Eight threads claim and finish, cancel and re-queue at once, while another folds."""
+    from decide.migrations.apply import upgrade
     from decide.store.db import make_engine
-    from decide.store.migrate import upgrade
 
     upgrade(postgres_url)
     db = make_engine(postgres_url)
@@ -127,16 +138,16 @@ def test_concurrent_transitions_on_postgresql_neither_deadlock_nor_drift(postgre
     def work(share: list[str]) -> None:
         try:
             for number, job_id in enumerate(share):
-                claimed = jobs.claim_job(db, job_id, "w1")
+                claimed = job_claims.claim_job(db, job_id, "w1")
                 if claimed is None:
                     continue
                 if number % 7 == 0:
-                    jobs.release_crashed(db, job_id, max_attempts=3, worker_id="w1")
+                    recovery.release_crashed(db, job_id, max_attempts=3, worker_id="w1")
                 elif number % 5 == 0:
-                    jobs.cancel_job(db, job_id, claimed.owner)
-                    jobs.finish_job(db, claimed, status=jobs.CANCELLED)
+                    submission.cancel_job(db, job_id, claimed.owner)
+                    job_claims.finish_job(db, claimed, status=jobs.CANCELLED)
                 else:
-                    jobs.finish_job(db, claimed, status=jobs.SUCCEEDED, result={})
+                    job_claims.finish_job(db, claimed, status=jobs.SUCCEEDED, result={})
         except BaseException as error:  # reported below
             errors.append(error)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
+from decide.migrations.apply import upgrade
 from decide.store.db import make_engine
-from decide.store.migrate import upgrade
 from decide.worker import delivery
 from decide.worker.delivery import Delivery
 

@@ -3,7 +3,7 @@ file (issue 23, item 9): a fleet whose workers load different models has one lea
 
 from __future__ import annotations
 
-from decide.store import jobs
+from decide.store import job_claims, job_reads, jobs, submission
 from decide.store.workers import beat
 from decide.worker.delivery import Delivery
 
@@ -27,8 +27,8 @@ class LaneRecorder:
 
 
 def queued(db, model: str) -> str:
-    job, _ = jobs.create_job(db, owner="alice", model=model, priority="background",
-                             request=REQUEST, metadata=None, rows=1, input_tokens=1)
+    job, _ = submission.create_job(db, owner="alice", model=model, priority="background",
+                                   request=REQUEST, metadata=None, rows=1, input_tokens=1)
     return job.id
 
 
@@ -45,8 +45,8 @@ def test_a_leader_never_takes_its_own_worker_for_dead(db):
     """Its heartbeats cannot land (a frozen session holds its row), yet it runs this very
     loop: its own job is not re-queued under it, another silent worker's is."""
     own, other = queued(db, "m"), queued(db, "m")
-    assert jobs.claim_job(db, own, "w-leader") is not None
-    assert jobs.claim_job(db, other, "w-silent") is not None
+    assert job_claims.claim_job(db, own, "w-leader") is not None
+    assert job_claims.claim_job(db, other, "w-silent") is not None
     Delivery(db=db, broker=LaneRecorder(), models=["m"], worker_id="w-leader").tick()
-    assert jobs.get_job(db, own).status == jobs.RUNNING
-    assert jobs.get_job(db, other).status == jobs.QUEUED
+    assert job_reads.get_job(db, own).status == jobs.RUNNING
+    assert job_reads.get_job(db, other).status == jobs.QUEUED

@@ -12,7 +12,17 @@ import time
 from sqlalchemy.exc import OperationalError
 
 from decide.core.engine import Decision
-from decide.store import batches, jobs
+from decide.store import (
+    batches,
+    delivery_book,
+    job_claims,
+    job_reads,
+    jobs,
+    recovery,
+    retention,
+    submission,
+    tables,
+)
 from decide.store.workers import beat, live_counts, new_worker_id
 from decide.worker import execute
 
@@ -20,37 +30,37 @@ REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"
 
 
 def new(db) -> str:
-    job, _ = jobs.create_job(db, owner="alice", model="m", priority="background",
-                             request=REQUEST, metadata=None, rows=1, input_tokens=20)
+    job, _ = submission.create_job(db, owner="alice", model="m", priority="background",
+                                   request=REQUEST, metadata=None, rows=1, input_tokens=20)
     return job.id
 
 
 def test_a_stale_claim_cannot_finish_a_job_another_worker_holds(db):
     job_id = new(db)
-    stale = jobs.claim_job(db, job_id, "worker-a")
+    stale = job_claims.claim_job(db, job_id, "worker-a")
     # worker-a's heartbeats were lost (a partition): its job goes back and worker-b takes it
-    jobs.requeue_abandoned(db, dead_after=10, max_attempts=3)
-    current = jobs.claim_job(db, job_id, "worker-b")
+    recovery.requeue_abandoned(db, dead_after=10, max_attempts=3)
+    current = job_claims.claim_job(db, job_id, "worker-b")
     assert (stale.decode_runs, current.decode_runs) == (1, 2)
-    assert jobs.finish_job(db, stale, status=jobs.SUCCEEDED, result={"from": "a"}) is False
-    assert jobs.release_crashed(db, job_id, max_attempts=3, attempt=stale.decode_runs) is None
-    assert jobs.unclaim(db, job_id, attempt=stale.decode_runs) is False
-    assert jobs.get_job(db, job_id).status == jobs.RUNNING
-    assert jobs.finish_job(db, current, status=jobs.SUCCEEDED, result={"from": "b"}) is True
-    assert jobs.get_job(db, job_id).result == {"from": "b"}
+    assert job_claims.finish_job(db, stale, status=jobs.SUCCEEDED, result={"from": "a"}) is False
+    assert recovery.release_crashed(db, job_id, max_attempts=3, attempt=stale.decode_runs) is None
+    assert job_claims.unclaim(db, job_id, attempt=stale.decode_runs) is False
+    assert job_reads.get_job(db, job_id).status == jobs.RUNNING
+    assert job_claims.finish_job(db, current, status=jobs.SUCCEEDED, result={"from": "b"}) is True
+    assert job_reads.get_job(db, job_id).result == {"from": "b"}
 
 
 def test_a_claim_learns_before_its_next_row_that_it_was_superseded(db):
     job_id = new(db)
-    stale = jobs.claim_job(db, job_id, "worker-a")
-    assert jobs.claim_standing(db, stale) == jobs.GO_ON
-    jobs.requeue_abandoned(db, dead_after=-1, max_attempts=3)  # worker-a looked dead
-    assert jobs.claim_standing(db, stale) == jobs.STOP_SUPERSEDED
-    current = jobs.claim_job(db, job_id, "worker-b")
-    assert jobs.claim_standing(db, stale) == jobs.STOP_SUPERSEDED
-    assert jobs.claim_standing(db, current) == jobs.GO_ON
-    jobs.cancel_job(db, job_id, "alice")
-    assert jobs.claim_standing(db, current) == jobs.STOP_CANCELLED
+    stale = job_claims.claim_job(db, job_id, "worker-a")
+    assert job_claims.claim_standing(db, stale) == job_claims.GO_ON
+    recovery.requeue_abandoned(db, dead_after=-1, max_attempts=3)  # worker-a looked dead
+    assert job_claims.claim_standing(db, stale) == job_claims.STOP_SUPERSEDED
+    current = job_claims.claim_job(db, job_id, "worker-b")
+    assert job_claims.claim_standing(db, stale) == job_claims.STOP_SUPERSEDED
+    assert job_claims.claim_standing(db, current) == job_claims.GO_ON
+    submission.cancel_job(db, job_id, "alice")
+    assert job_claims.claim_standing(db, current) == job_claims.STOP_CANCELLED
 
 
 def test_a_superseded_decode_stops_before_its_next_row_and_stores_nothing(db, monkeypatch):
@@ -63,22 +73,22 @@ def test_a_superseded_decode_stops_before_its_next_row_and_stores_nothing(db, mo
             for row in range(3):
                 before_row()
                 rows_read.append(row)
-                jobs.requeue_abandoned(db, dead_after=-1, max_attempts=3)  # looks dead
+                recovery.requeue_abandoned(db, dead_after=-1, max_attempts=3)  # looks dead
             raise AssertionError("a superseded decode went on")
 
     assert execute.run_job(job_id, db=db, engine_for=lambda _: Engine(),
                            worker_id="worker-a") is None
     assert rows_read == [0]
-    job = jobs.get_job(db, job_id)
+    job = job_reads.get_job(db, job_id)
     assert (job.status, job.decode_runs, job.result) == (jobs.QUEUED, 1, None)
 
 
 def test_a_claim_whose_reply_was_lost_is_found_again_as_ours(db):
     job_id = new(db)
-    first = jobs.claim_job(db, job_id, "worker-a")  # committed; say its reply never came
-    again = jobs.claim_job(db, job_id, "worker-a", retrying=True)
+    first = job_claims.claim_job(db, job_id, "worker-a")  # committed; say its reply never came
+    again = job_claims.claim_job(db, job_id, "worker-a", retrying=True)
     assert again is not None and again.decode_runs == first.decode_runs == 1
-    assert jobs.claim_job(db, job_id, "worker-b", retrying=True) is None
+    assert job_claims.claim_job(db, job_id, "worker-b", retrying=True) is None
 
 
 def test_a_claim_and_a_read_refused_by_the_database_are_tried_again(db, monkeypatch):
@@ -86,8 +96,8 @@ def test_a_claim_and_a_read_refused_by_the_database_are_tried_again(db, monkeypa
     read of the request: the job is decoded once it answers, never failed."""
     monkeypatch.setattr(execute, "FINISH_BACKOFF_SECONDS", (0.01,))
     job_id = new(db)
-    for name in ("claim_job", "full_request"):
-        real = getattr(jobs, name)
+    for module, name in ((job_claims, "claim_job"), (job_reads, "full_request")):
+        real = getattr(module, name)
         refusals = [OperationalError("SELECT", {}, Exception("the server is restarting"))] * 2
 
         def refused(*args, real=real, refusals=refusals, **kwargs):
@@ -95,7 +105,7 @@ def test_a_claim_and_a_read_refused_by_the_database_are_tried_again(db, monkeypa
                 raise refusals.pop()
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(jobs, name, refused)
+        monkeypatch.setattr(module, name, refused)
 
     class Engine:
         def decide(self, request, before_row):
@@ -103,28 +113,28 @@ def test_a_claim_and_a_read_refused_by_the_database_are_tried_again(db, monkeypa
 
     assert execute.run_job(job_id, db=db, engine_for=lambda _: Engine(),
                            worker_id="worker-a") == jobs.SUCCEEDED
-    assert jobs.get_job(db, job_id).decode_runs == 1
+    assert job_reads.get_job(db, job_id).decode_runs == 1
 
 
 def test_a_worker_whose_clock_is_30_s_behind_is_still_alive(db, monkeypatch):
     job_id = new(db)
-    jobs.claim_job(db, job_id, "skewed-worker")
+    job_claims.claim_job(db, job_id, "skewed-worker")
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() - 30)  # this process's clock is wrong
     beat(db, worker_id="skewed-worker", model="m", hostname="h", pid=1)
     monkeypatch.setattr(time, "time", real)
     assert live_counts(db) == {"m": 1}
-    assert jobs.requeue_abandoned(db, dead_after=10, max_attempts=3) == (0, [])
-    assert jobs.get_job(db, job_id).status == jobs.RUNNING
+    assert recovery.requeue_abandoned(db, dead_after=10, max_attempts=3) == (0, [])
+    assert job_reads.get_job(db, job_id).status == jobs.RUNNING
 
 
 def test_a_worker_silent_past_the_limit_by_the_database_clock_is_dead(db):
     job_id = new(db)
-    jobs.claim_job(db, job_id, "quiet-worker")
+    job_claims.claim_job(db, job_id, "quiet-worker")
     beat(db, worker_id="quiet-worker", model="m", hostname="h", pid=1)
-    assert jobs.requeue_abandoned(db, dead_after=10, max_attempts=3) == (0, [])
-    assert jobs.requeue_abandoned(db, dead_after=-1, max_attempts=3) == (1, [])
-    assert jobs.get_job(db, job_id).status == jobs.QUEUED
+    assert recovery.requeue_abandoned(db, dead_after=10, max_attempts=3) == (0, [])
+    assert recovery.requeue_abandoned(db, dead_after=-1, max_attempts=3) == (1, [])
+    assert job_reads.get_job(db, job_id).status == jobs.QUEUED
 
 
 def test_every_worker_start_has_its_own_id():
@@ -144,7 +154,7 @@ class AnsweringEngine:
 
 def test_a_finish_the_database_refuses_is_tried_again_until_it_lands(db, monkeypatch):
     job_id = new(db)
-    real_finish = jobs._finish
+    real_finish = job_claims._finish
     refusals = []
 
     def refusing_twice(*args, **kwargs):
@@ -153,12 +163,12 @@ def test_a_finish_the_database_refuses_is_tried_again_until_it_lands(db, monkeyp
             raise OperationalError("UPDATE jobs", {}, Exception("the database is restarting"))
         return real_finish(*args, **kwargs)
 
-    monkeypatch.setattr(jobs, "_finish", refusing_twice)
+    monkeypatch.setattr(job_claims, "_finish", refusing_twice)
     monkeypatch.setattr(execute, "FINISH_BACKOFF_SECONDS", (0.01,))
     status = execute.run_job(job_id, db=db, engine_for=lambda model: AnsweringEngine(),
                              worker_id="w")
     assert status == jobs.SUCCEEDED and len(refusals) == 2
-    stored = jobs.get_job(db, job_id)
+    stored = job_reads.get_job(db, job_id)
     assert stored.status == jobs.SUCCEEDED and stored.input_tokens == 7
 
 
@@ -167,20 +177,20 @@ def test_a_batch_straddling_the_retention_cutoff_is_kept_whole(db):
         db, owner="alice", model="m", priority="background", questions=REQUEST["questions"],
         metadata=None, items=[("a", "s1"), ("b", "s2")], rows_per_item=1)
     for job_id, finished_at in ((old_item, 100.0), (new_item, 300.0)):
-        claimed = jobs.claim_job(db, job_id, "w")
-        jobs.finish_job(db, claimed, status=jobs.SUCCEEDED, result={})
+        claimed = job_claims.claim_job(db, job_id, "w")
+        job_claims.finish_job(db, claimed, status=jobs.SUCCEEDED, result={})
         with db.begin() as connection:
-            connection.execute(jobs.jobs.update().where(jobs.jobs.c.id == job_id)
+            connection.execute(tables.jobs.update().where(tables.jobs.c.id == job_id)
                                .values(finished_at=finished_at, created_at=50.0))
     with db.begin() as connection:
         connection.execute(batches.batches.update().values(created_at=50.0))
-    assert jobs.apply_retention(db, cutoff=200.0) == 0  # one item is younger: keep all
+    assert retention.apply_retention(db, cutoff=200.0) == 0  # one item is younger: keep all
     kept = batches.get_batch(db, batch.id, "alice")
     assert kept is not None
     assert batches.progress(db, batch.id).finished == 2
-    assert jobs.apply_retention(db, cutoff=400.0) == 2  # all older now: the whole batch
+    assert retention.apply_retention(db, cutoff=400.0) == 2  # all older now: the whole batch
     assert batches.get_batch(db, batch.id, "alice") is None
-    assert jobs.get_job(db, old_item) is None and jobs.get_job(db, new_item) is None
+    assert job_reads.get_job(db, old_item) is None and job_reads.get_job(db, new_item) is None
 
 
 class AnsweringRunner:
@@ -202,8 +212,8 @@ class AnsweringRunner:
 def test_the_embedded_worker_outlives_a_retention_error(tmp_path, monkeypatch):
     from decide.config.settings import Settings
     from decide.llm.catalog import load_catalog
+    from decide.migrations.apply import upgrade
     from decide.store.db import make_engine
-    from decide.store.migrate import upgrade
     from decide.transport.events import JobEvents
     from decide.worker.embedded import EmbeddedWorker
 
@@ -216,17 +226,17 @@ def test_the_embedded_worker_outlives_a_retention_error(tmp_path, monkeypatch):
     def locked(*args, **kwargs):
         raise OperationalError("UPDATE jobs", {}, Exception("database is locked"))
 
-    monkeypatch.setattr(jobs, "apply_retention", locked)
+    monkeypatch.setattr(retention, "apply_retention", locked)
     worker = EmbeddedWorker(db=db, catalog=catalog, settings=settings, events=JobEvents(),
                             runner=AnsweringRunner())
     worker.start()
     try:
-        job, _ = jobs.create_job(db, owner="alice", model=catalog.default,
-                                 priority="foreground", request=REQUEST, metadata=None,
-                                 rows=1, input_tokens=20)
+        job, _ = submission.create_job(db, owner="alice", model=catalog.default,
+                                       priority="foreground", request=REQUEST, metadata=None,
+                                       rows=1, input_tokens=20)
         worker.send(job.id, catalog.default, "foreground")
         deadline = time.monotonic() + 30
-        while jobs.get_job(db, job.id).status != jobs.SUCCEEDED:
+        while job_reads.get_job(db, job.id).status != jobs.SUCCEEDED:
             assert time.monotonic() < deadline, "the worker never ran the job"
             time.sleep(0.05)
         assert worker.ready() == (True, "decoding runner 0 ready")
@@ -255,8 +265,8 @@ def test_a_refused_claim_of_a_foreground_job_between_rows_loses_neither_job(tmp_
                                                                           monkeypatch):
     from decide.config.settings import Settings
     from decide.llm.catalog import load_catalog
+    from decide.migrations.apply import upgrade
     from decide.store.db import make_engine
-    from decide.store.migrate import upgrade
     from decide.transport.events import JobEvents
     from decide.worker.embedded import EmbeddedWorker
 
@@ -270,19 +280,19 @@ def test_a_refused_claim_of_a_foreground_job_between_rows_loses_neither_job(tmp_
                             runner=runner)
 
     def submit(state: str, priority: str) -> str:
-        job, _ = jobs.create_job(db, owner="alice", model=catalog.default, priority=priority,
-                                 request={**REQUEST, "state": state}, metadata=None, rows=1,
-                                 input_tokens=20)
+        job, _ = submission.create_job(db, owner="alice", model=catalog.default, priority=priority,
+                                       request={**REQUEST, "state": state}, metadata=None, rows=1,
+                                       input_tokens=20)
         worker.send(job.id, catalog.default, priority)
         return job.id
 
     def wait_for(job_id: str, status: str) -> None:
         deadline = time.monotonic() + 30
-        while jobs.get_job(db, job_id).status != status:
-            assert time.monotonic() < deadline, (job_id, jobs.get_job(db, job_id).status)
+        while job_reads.get_job(db, job_id).status != status:
+            assert time.monotonic() < deadline, (job_id, job_reads.get_job(db, job_id).status)
             time.sleep(0.02)
 
-    real_claim = jobs.claim_job
+    real_claim = job_claims.claim_job
     refused = []
 
     def refuse_the_foreground_once(db_, job_id, worker_id=None, **options):
@@ -292,7 +302,7 @@ def test_a_refused_claim_of_a_foreground_job_between_rows_loses_neither_job(tmp_
         return real_claim(db_, job_id, worker_id, **options)
 
     foreground: list[str] = []
-    monkeypatch.setattr(jobs, "claim_job", refuse_the_foreground_once)
+    monkeypatch.setattr(job_claims, "claim_job", refuse_the_foreground_once)
     worker.start()
     try:
         background = submit("background", "background")
@@ -324,8 +334,8 @@ def test_an_accepted_job_whose_sent_mark_fails_is_still_accepted(db, monkeypatch
     def refused(*args, **kwargs):
         raise OperationalError("UPDATE jobs", {}, Exception("the database is restarting"))
 
-    monkeypatch.setattr(jobs, "mark_sent", refused)
+    monkeypatch.setattr(delivery_book, "mark_sent", refused)
     CeleryQueue(db=db, broker=broker, models=["m"]).send(job_id, "m", "foreground")
     assert broker.sent == [job_id]
-    stored = jobs.get_job(db, job_id)
+    stored = job_reads.get_job(db, job_id)
     assert stored.status == jobs.QUEUED and stored.sent_at is None  # the feeder sends it again

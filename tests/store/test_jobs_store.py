@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect
 
-from decide.store import jobs
-from decide.store.migrate import upgrade
+from decide.migrations.apply import upgrade
+from decide.store import job_claims, job_reads, jobs, recovery, retention, submission, tables
+from decide.store.ids import new_id
 
 REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
 
@@ -25,9 +26,9 @@ def usage_count(db) -> int:
 
 
 def new(db, owner="alice", priority="background", **extra):
-    job, created = jobs.create_job(db, owner=owner, model="m", priority=priority,
-                                   request=REQUEST, metadata={"k": "v"}, rows=1,
-                                   input_tokens=20, **extra)
+    job, created = submission.create_job(db, owner=owner, model="m", priority=priority,
+                                         request=REQUEST, metadata={"k": "v"}, rows=1,
+                                         input_tokens=20, **extra)
     return job, created
 
 
@@ -40,18 +41,18 @@ def test_migrations_create_the_jobs_table_and_are_idempotent(db):
 def test_a_job_is_claimed_once_and_finished_once(db):
     job, created = new(db)
     assert created and job.status == jobs.QUEUED and job.metadata == {"k": "v"}
-    claimed = jobs.claim_job(db, job.id)
+    claimed = job_claims.claim_job(db, job.id)
     assert claimed is not None and claimed.status == jobs.RUNNING and claimed.decode_runs == 1
-    assert jobs.claim_job(db, job.id) is None  # a redelivery is not ours to run
-    assert jobs.finish_job(db, claimed, status=jobs.SUCCEEDED, result={"answers": {}},
-                           decode_ms=5.0)
-    assert not jobs.finish_job(db, claimed, status=jobs.FAILED)  # finished stays finished
-    done = jobs.get_job(db, job.id)
+    assert job_claims.claim_job(db, job.id) is None  # a redelivery is not ours to run
+    assert job_claims.finish_job(db, claimed, status=jobs.SUCCEEDED, result={"answers": {}},
+                                 decode_ms=5.0)
+    assert not job_claims.finish_job(db, claimed, status=jobs.FAILED)  # finished stays finished
+    done = job_reads.get_job(db, job.id)
     assert done.status == jobs.SUCCEEDED and done.result == {"answers": {}}
     assert usage_count(db) == 1  # the usage audit has the job once
-    assert not jobs.finish_job(db, claimed, status=jobs.SUCCEEDED, result={})  # nor twice
+    assert not job_claims.finish_job(db, claimed, status=jobs.SUCCEEDED, result={})  # nor twice
     assert usage_count(db) == 1
-    assert jobs.claim_job(db, job.id) is None
+    assert job_claims.claim_job(db, job.id) is None
 
 
 def test_usage_records_what_the_job_read_and_only_for_a_success(db):
@@ -60,17 +61,17 @@ def test_usage_records_what_the_job_read_and_only_for_a_success(db):
     from decide.store.tables import usage
 
     done, _ = new(db)
-    jobs.finish_job(db, jobs.claim_job(db, done.id), status=jobs.SUCCEEDED, result={},
-                    input_tokens=77)
+    job_claims.finish_job(db, job_claims.claim_job(db, done.id), status=jobs.SUCCEEDED, result={},
+                          input_tokens=77)
     failed, _ = new(db)
-    jobs.finish_job(db, jobs.claim_job(db, failed.id), status=jobs.FAILED,
-                    error={"message": "x"})
+    job_claims.finish_job(db, job_claims.claim_job(db, failed.id), status=jobs.FAILED,
+                          error={"message": "x"})
     with db.connect() as connection:
         rows = connection.execute(select(usage)).mappings().all()
     assert [(row["job_id"], row["owner"], row["model"], row["rows"], row["input_tokens"])
             for row in rows] == [(done.id, "alice", "m", done.rows, 77)]
-    assert rows[0]["finished_at"] == jobs.get_job(db, done.id).finished_at
-    assert jobs.get_job(db, failed.id).status == jobs.FAILED
+    assert rows[0]["finished_at"] == job_reads.get_job(db, done.id).finished_at
+    assert job_reads.get_job(db, failed.id).status == jobs.FAILED
 
 
 def test_concurrent_claims_take_a_job_once(db):
@@ -78,7 +79,7 @@ def test_concurrent_claims_take_a_job_once(db):
     winners = []
 
     def claim() -> None:
-        if jobs.claim_job(db, job.id) is not None:
+        if job_claims.claim_job(db, job.id) is not None:
             winners.append(1)
 
     threads = [threading.Thread(target=claim) for _ in range(8)]
@@ -91,20 +92,20 @@ def test_concurrent_claims_take_a_job_once(db):
 
 def test_cancel_queued_then_running(db):
     queued, _ = new(db)
-    assert jobs.cancel_job(db, queued.id, "alice").status == jobs.CANCELLED
-    assert jobs.claim_job(db, queued.id) is None
+    assert submission.cancel_job(db, queued.id, "alice").status == jobs.CANCELLED
+    assert job_claims.claim_job(db, queued.id) is None
     running, _ = new(db)
-    claim = jobs.claim_job(db, running.id)
-    assert jobs.cancel_job(db, running.id, "bob") is None  # not bob's
-    assert jobs.cancel_job(db, running.id, "alice").status == jobs.RUNNING
-    assert jobs.claim_standing(db, claim) == jobs.STOP_CANCELLED
+    claim = job_claims.claim_job(db, running.id)
+    assert submission.cancel_job(db, running.id, "bob") is None  # not bob's
+    assert submission.cancel_job(db, running.id, "alice").status == jobs.RUNNING
+    assert job_claims.claim_standing(db, claim) == job_claims.STOP_CANCELLED
 
 
 def test_idempotency_keys_per_owner(db):
     first, created = new(db, idempotency_key="k1", request_hash="h1")
     again, created_again = new(db, idempotency_key="k1", request_hash="h1")
     assert created and not created_again and again.id == first.id
-    with pytest.raises(jobs.IdempotencyConflict):
+    with pytest.raises(submission.IdempotencyConflict):
         new(db, idempotency_key="k1", request_hash="h2")
     _, other_owner = new(db, owner="bob", idempotency_key="k1", request_hash="h2")
     assert other_owner
@@ -112,16 +113,16 @@ def test_idempotency_keys_per_owner(db):
 
 def test_lists_lanes_and_retention(db):
     ids = [new(db, priority=p)[0].id for p in ("background", "foreground", "background")]
-    assert [job.id for job in jobs.list_jobs(db, owner="alice", status=None, limit=10,
-                                             after=None)] == ids[::-1]
-    assert [job_id for job_id, *_ in jobs.queued_jobs(db)] == [ids[1], ids[0], ids[2]]
-    assert jobs.queued_rows(db, model="m", priority="background") == 2
-    jobs.claim_job(db, ids[0])
-    assert jobs.requeue_running(db, max_attempts=3) == (1, [])
-    jobs.finish_job(db, jobs.claim_job(db, ids[0]), status=jobs.SUCCEEDED, result={})
-    assert jobs.apply_retention(db, cutoff=0) == 0
-    assert jobs.apply_retention(db, cutoff=10**12) == 3  # 1 finished, 2 expired
-    assert jobs.get_job(db, ids[0]) is None
+    assert [job.id for job in job_reads.list_jobs(db, owner="alice", status=None, limit=10,
+                                                  after=None)] == ids[::-1]
+    assert [job_id for job_id, *_ in job_reads.queued_jobs(db)] == [ids[1], ids[0], ids[2]]
+    assert job_reads.queued_rows(db, model="m", priority="background") == 2
+    job_claims.claim_job(db, ids[0])
+    assert recovery.requeue_running(db, max_attempts=3) == (1, [])
+    job_claims.finish_job(db, job_claims.claim_job(db, ids[0]), status=jobs.SUCCEEDED, result={})
+    assert retention.apply_retention(db, cutoff=0) == 0
+    assert retention.apply_retention(db, cutoff=10**12) == 3  # 1 finished, 2 expired
+    assert job_reads.get_job(db, ids[0]) is None
 
 
 def test_old_queued_jobs_expire_and_batches_go_with_their_jobs(db):
@@ -131,17 +132,17 @@ def test_old_queued_jobs_expire_and_batches_go_with_their_jobs(db):
                                           questions={"r": {"type": "noul"}}, metadata=None,
                                           items=[("a", "s1"), ("b", "s2")], rows_per_item=1)
     with db.begin() as connection:
-        connection.execute(jobs.jobs.update().values(created_at=100.0))
+        connection.execute(tables.jobs.update().values(created_at=100.0))
         connection.execute(batches.batches.update().values(created_at=100.0))
-    jobs.apply_retention(db, cutoff=50.0)
+    retention.apply_retention(db, cutoff=50.0)
     assert batches.get_batch(db, batch.id, "alice") is not None  # younger than the cutoff
-    jobs.apply_retention(db, cutoff=10**12)
-    assert jobs.get_job(db, job_ids[0]) is None
+    retention.apply_retention(db, cutoff=10**12)
+    assert job_reads.get_job(db, job_ids[0]) is None
     assert batches.get_batch(db, batch.id, "alice") is None
 
 
 def test_ids_made_in_one_millisecond_still_sort_by_creation():
-    ids = [jobs.new_id("job") for _ in range(5000)]  # many share a millisecond
+    ids = [new_id("job") for _ in range(5000)]  # many share a millisecond
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     assert all(len(job_id) == len("job_") + 24 for job_id in ids)
 
@@ -154,8 +155,8 @@ def test_cancelling_a_finished_batch_leaves_it_completed_with_its_counts(db):
                                           questions={"r": {"type": "noul"}}, metadata=None,
                                           items=[("a", "s1"), ("b", "s2")], rows_per_item=1)
     for job_id in job_ids:
-        jobs.finish_job(db, jobs.claim_job(db, job_id, "w"), status=jobs.SUCCEEDED,
-                        result={"ok": True})
+        job_claims.finish_job(db, job_claims.claim_job(db, job_id, "w"), status=jobs.SUCCEEDED,
+                              result={"ok": True})
     before = batch_view(batches.get_batch(db, batch.id, "alice"), batches.progress(db, batch.id))
     assert batches.cancel_batch(db, batch.id, "alice") == batches.Cancelling(0, [])
     after = batch_view(batches.get_batch(db, batch.id, "alice"), batches.progress(db, batch.id))
@@ -170,8 +171,8 @@ def test_cancelling_a_batch_with_work_left_cancels_what_is_left(db):
     batch, job_ids = batches.create_batch(db, owner="alice", model="m", priority="background",
                                           questions={"r": {"type": "noul"}}, metadata=None,
                                           items=[("a", "s1"), ("b", "s2")], rows_per_item=1)
-    jobs.finish_job(db, jobs.claim_job(db, job_ids[0], "w"), status=jobs.SUCCEEDED,
-                    result={"ok": True})
+    job_claims.finish_job(db, job_claims.claim_job(db, job_ids[0], "w"), status=jobs.SUCCEEDED,
+                          result={"ok": True})
     assert batches.cancel_batch(db, batch.id, "alice") == batches.Cancelling(1, [])
     view = batch_view(batches.get_batch(db, batch.id, "alice"), batches.progress(db, batch.id))
     assert view["status"] == "cancelled"
@@ -201,10 +202,10 @@ def test_usage_is_summed_by_the_database_per_group(db):
     day = 86400 * 20_000  # 2024-10-04, midnight UTC
     for owner, model, at, rows in (("alice", "m", day + 10, 2), ("alice", "m", day + 3700, 3),
                                    ("alice", "n", day + 86400 + 5, 4), ("bob", "m", day, 9)):
-        job, _ = jobs.create_job(db, owner=owner, model=model, priority="background",
-                                 request=REQUEST, metadata=None, rows=rows, input_tokens=10)
-        jobs.finish_job(db, jobs.claim_job(db, job.id, "w"), status=jobs.SUCCEEDED,
-                        result={}, input_tokens=10 * rows)
+        job, _ = submission.create_job(db, owner=owner, model=model, priority="background",
+                                       request=REQUEST, metadata=None, rows=rows, input_tokens=10)
+        job_claims.finish_job(db, job_claims.claim_job(db, job.id, "w"), status=jobs.SUCCEEDED,
+                              result={}, input_tokens=10 * rows)
         with db.begin() as connection:
             connection.execute(usage.update().where(usage.c.job_id == job.id)
                                .values(finished_at=at))
@@ -225,7 +226,7 @@ def test_a_batch_whose_items_all_expired_reads_expired(db):
                                     questions={"r": {"type": "noul"}}, metadata=None,
                                     items=[("a", "s1"), ("b", "s2")], rows_per_item=1)
     time.sleep(0.01)
-    jobs.apply_retention(db, cutoff=time.time())  # queued before it: expired, then kept
+    retention.apply_retention(db, cutoff=time.time())  # queued before it: expired, then kept
     view = batch_view(batches.get_batch(db, batch.id, "alice"), batches.progress(db, batch.id))
     assert view["status"] == "expired"
     assert view["request_counts"]["cancelled"] == 2 and view["finished_at"] is not None

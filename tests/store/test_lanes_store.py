@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from decide.store import batches, jobs
+from decide.store import batches, delivery_book, job_claims, job_reads, submission
 from decide.store.quota import owner_backlog
 
 
@@ -15,9 +15,9 @@ def queue(db, owner: str, count: int, *, priority: str = "background", rows: int
           request: dict | None = None) -> list[str]:
     made = []
     for _ in range(count):
-        job, _ = jobs.create_job(db, owner=owner, model="m", priority=priority,
-                                 request=request or {"state": "s", "questions": {}},
-                                 metadata=None, rows=rows, input_tokens=1)
+        job, _ = submission.create_job(db, owner=owner, model="m", priority=priority,
+                                       request=request or {"state": "s", "questions": {}},
+                                       metadata=None, rows=rows, input_tokens=1)
         made.append(job.id)
     return made
 
@@ -25,32 +25,32 @@ def queue(db, owner: str, count: int, *, priority: str = "background", rows: int
 def test_unsent_jobs_come_by_owner_oldest_first_at_most_n_each(db):
     a = queue(db, "key-a", 5)
     b = queue(db, "key-b", 2)
-    jobs.mark_sent(db, a[:1])
-    waiting = jobs.unsent_by_owner(db, model="m", priority="background", per_owner=3)
+    delivery_book.mark_sent(db, a[:1])
+    waiting = delivery_book.unsent_by_owner(db, model="m", priority="background", per_owner=3)
     assert waiting == {"key-a": a[1:4], "key-b": b}
-    assert jobs.unsent_by_owner(db, model="m", priority="foreground", per_owner=3) == {}
+    assert delivery_book.unsent_by_owner(db, model="m", priority="foreground", per_owner=3) == {}
 
 
 def test_a_keys_queued_rows_by_lane_and_a_lanes_sum(db):
     queue(db, "key-a", 3, rows=4)
     queue(db, "key-a", 1, priority="foreground", rows=10)
     done = queue(db, "key-a", 1, rows=100)
-    claimed = jobs.claim_job(db, done[0])
+    claimed = job_claims.claim_job(db, done[0])
     assert claimed is not None
     queue(db, "key-b", 2, rows=7)
     assert owner_backlog(db, "key-a").rows == {"background": 12, "foreground": 10}
     assert owner_backlog(db, "nobody").empty
-    assert jobs.queued_rows(db, model="m", priority="background") == 12 + 14
+    assert job_reads.queued_rows(db, model="m", priority="background") == 12 + 14
 
 
 def test_reads_for_callers_leave_the_request_out(db):
     big = {"state": "x" * 100_000, "questions": {}}
     [job_id] = queue(db, "key-a", 1, request=big)
-    assert jobs.get_job(db, job_id).request is None
-    assert all(job.request is None for job in jobs.list_jobs(db, owner="key-a", status=None,
-                                                             limit=10, after=None))
-    assert jobs.get_job(db, job_id, with_request=True).request == big
-    claimed = jobs.claim_job(db, job_id)  # a worker's claim reads it
+    assert job_reads.get_job(db, job_id).request is None
+    assert all(job.request is None for job in job_reads.list_jobs(db, owner="key-a", status=None,
+                                                                  limit=10, after=None))
+    assert job_reads.get_job(db, job_id, with_request=True).request == big
+    claimed = job_claims.claim_job(db, job_id)  # a worker's claim reads it
     assert claimed is not None and claimed.request == big
 
 
@@ -58,8 +58,8 @@ def test_batch_items_are_unsent_until_fed(db):
     _, ids = batches.create_batch(db, owner="key-a", model="m", priority="background",
                                   questions={}, metadata=None,
                                   items=[(f"c{i}", f"s{i}") for i in range(4)], rows_per_item=1)
-    assert jobs.unsent_by_owner(db, model="m", priority="background",
-                                per_owner=10) == {"key-a": ids}
+    assert delivery_book.unsent_by_owner(db, model="m", priority="background",
+                                         per_owner=10) == {"key-a": ids}
 
 
 READS = {
@@ -81,8 +81,8 @@ PARTIAL = tuple(READS)
 def test_each_lane_read_is_served_by_a_partial_index_of_queued_jobs(postgres_url, index):
     """Not the table: the planner may pick another of the queued-only indexes where the data
     makes it as cheap, but never a scan over every job ever kept."""
+    from decide.migrations.apply import upgrade
     from decide.store.db import make_engine
-    from decide.store.migrate import upgrade
 
     upgrade(postgres_url)
     engine = make_engine(postgres_url)
@@ -109,4 +109,4 @@ def test_batch_reads_for_callers_leave_the_question_set_out(db):
     assert batches.get_batch(db, batch.id, "key-a").questions is None
     assert [listed.id for listed in batches.list_batches(db, owner="key-a", limit=5,
                                                          after=None)] == [batch.id]
-    assert jobs.full_request(db, jobs.claim_job(db, item))["questions"] == questions
+    assert job_reads.full_request(db, job_claims.claim_job(db, item))["questions"] == questions

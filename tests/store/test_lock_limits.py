@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, text, update
 
-from decide.store import jobs
+from decide.migrations.apply import upgrade
+from decide.store import job_reads, submission
 from decide.store.db import (
     IDLE_IN_TRANSACTION_SECONDS,
     LOCK_TIMEOUT_SECONDS,
     gave_up_on_a_lock,
     make_engine,
 )
-from decide.store.migrate import upgrade
 from decide.store.tables import workers
 from decide.store.workers import beat, forget_dead
 from decide.transport.broker import Broker
@@ -211,8 +211,8 @@ def test_delivery_goes_on_past_a_frozen_transaction_on_a_workers_row(migrated, o
         assert child.stdout.readline().strip() == "locked"
         os.kill(child.pid, signal.SIGSTOP)
         frozen_at = time.monotonic()
-        job, _ = jobs.create_job(db, owner="alice", model="m", priority="background",
-                                 request=REQUEST, metadata=None, rows=1, input_tokens=20)
+        job, _ = submission.create_job(db, owner="alice", model="m", priority="background",
+                                       request=REQUEST, metadata=None, rows=1, input_tokens=20)
         delivery.start()
         while job.id not in broker.lane_ids("m", "background"):
             assert time.monotonic() - frozen_at < LOCK_TIMEOUT_SECONDS + 4, "nothing delivered"
@@ -222,7 +222,7 @@ def test_delivery_goes_on_past_a_frozen_transaction_on_a_workers_row(migrated, o
             assert time.monotonic() - frozen_at < bound, "the dead worker was never forgotten"
             time.sleep(0.1)
         assert session_of(db, child.pid) == 0  # the database ended the frozen session
-        assert jobs.get_job(db, job.id).sent_at is not None
+        assert job_reads.get_job(db, job.id).sent_at is not None
     finally:
         delivery.stop()
         end_child(child)

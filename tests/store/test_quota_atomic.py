@@ -12,7 +12,7 @@ import time
 import pytest
 from sqlalchemy import func, select, text
 
-from decide.store import batches, jobs, quota
+from decide.store import batches, job_reads, quota, submission
 from decide.store.tables import jobs as jobs_table
 
 QUOTA_ROWS = 1_000
@@ -91,9 +91,9 @@ def test_concurrent_batches_of_one_key_never_pass_its_quota(db):
 
 def test_concurrent_jobs_of_one_key_never_pass_its_quota(db):
     def submit() -> None:
-        jobs.create_job(db, owner="key-a", model="m", priority="foreground",
-                        request={"state": "s", "questions": {}}, metadata=None, rows=400,
-                        input_tokens=1, admit=within(QUOTA_ROWS, "key-a"))
+        submission.create_job(db, owner="key-a", model="m", priority="foreground",
+                              request={"state": "s", "questions": {}}, metadata=None, rows=400,
+                              input_tokens=1, admit=within(QUOTA_ROWS, "key-a"))
 
     accepted, refused, errors = race(submit)
     assert not errors, errors
@@ -110,8 +110,8 @@ def test_a_refused_submission_stores_nothing_and_other_keys_are_not_held(db):
         batches.create_batch(db, owner="key-a", model="m", priority="background", questions={},
                              metadata=None, items=[("c", "s")], rows_per_item=1, admit=refuse)
     with pytest.raises(Refused):
-        jobs.create_job(db, owner="key-a", model="m", priority="background", request={},
-                        metadata=None, rows=1, input_tokens=1, admit=refuse)
+        submission.create_job(db, owner="key-a", model="m", priority="background", request={},
+                              metadata=None, rows=1, input_tokens=1, admit=refuse)
     with db.connect() as connection:
         assert connection.execute(select(func.count()).select_from(jobs_table)).scalar() == 0
     assert batches.list_batches(db, owner="key-a", limit=5, after=None) == []
@@ -119,8 +119,8 @@ def test_a_refused_submission_stores_nothing_and_other_keys_are_not_held(db):
 
 def test_another_keys_submission_does_not_wait_on_a_locked_key(postgres_url):
     """PostgreSQL locks per owner: key B goes in while key A's transaction holds its lock."""
+    from decide.migrations.apply import upgrade
     from decide.store.db import make_engine
-    from decide.store.migrate import upgrade
 
     upgrade(postgres_url)
     engine = make_engine(postgres_url)
@@ -128,9 +128,9 @@ def test_another_keys_submission_does_not_wait_on_a_locked_key(postgres_url):
         with engine.begin() as holding:
             quota.lock_owner(holding, "key-a")
             started = time.monotonic()
-            job, _ = jobs.create_job(engine, owner="key-b", model="m", priority="background",
-                                     request={}, metadata=None, rows=1, input_tokens=1,
-                                     admit=within(QUOTA_ROWS, "key-b"))
+            job, _ = submission.create_job(engine, owner="key-b", model="m", priority="background",
+                                           request={}, metadata=None, rows=1, input_tokens=1,
+                                           admit=within(QUOTA_ROWS, "key-b"))
             assert time.monotonic() - started < 2 and job.owner == "key-b"
     finally:
         engine.dispose()
@@ -143,17 +143,17 @@ def test_each_job_carries_its_stored_size(db):
     def admit(transaction: quota.Transaction, charge: quota.Charge) -> None:
         charged.append(charge)
 
-    job, _ = jobs.create_job(db, owner="key-a", model="m", priority="background",
-                             request=request, metadata=None, rows=3, input_tokens=1,
-                             admit=admit)
-    stored = jobs.get_job(db, job.id, with_request=True)
+    job, _ = submission.create_job(db, owner="key-a", model="m", priority="background",
+                                   request=request, metadata=None, rows=3, input_tokens=1,
+                                   admit=admit)
+    stored = job_reads.get_job(db, job.id, with_request=True)
     assert charged[0].rows == 3 and charged[0].bytes >= 2000  # é is two bytes
     assert job.request_bytes == stored.request_bytes == charged[0].bytes
     questions = {"q": {"type": "noul", "instructions": "x" * 9000}}
     _, ids = batches.create_batch(db, owner="key-a", model="m", priority="background",
                                   questions=questions, metadata=None, rows_per_item=2,
                                   items=[(f"c{i}", "s") for i in range(3)], admit=admit)
-    items = [jobs.get_job(db, job_id) for job_id in ids]
+    items = [job_reads.get_job(db, job_id) for job_id in ids]
     # each item: its stored state ({"state": "s"}, 14 bytes) and a third of the questions
     each = 14 + math.ceil(len(json.dumps(questions)) / 3)
     assert all(item.request_bytes == each for item in items)
@@ -165,8 +165,8 @@ def test_each_job_carries_its_stored_size(db):
 def test_migration_gives_queued_jobs_their_stored_size(tmp_path):
     from alembic import command
 
+    from decide.migrations.apply import alembic_config
     from decide.store.db import make_engine
-    from decide.store.migrate import alembic_config
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     command.upgrade(alembic_config(url), "0005")
@@ -189,8 +189,8 @@ def test_migration_gives_queued_jobs_their_stored_size(tmp_path):
 
 
 def test_the_backlog_read_is_served_by_the_partial_index_of_queued_jobs(postgres_url):
+    from decide.migrations.apply import upgrade
     from decide.store.db import make_engine
-    from decide.store.migrate import upgrade
 
     upgrade(postgres_url)
     engine = make_engine(postgres_url)
@@ -243,8 +243,8 @@ def test_a_taught_question_is_admitted_in_its_own_transaction(db):
 def test_a_key_locked_past_the_lock_timeout_is_busy_not_unreachable(postgres_url):
     """Behind its own large batch a key's next submission gives up at ``lock_timeout`` with
     ``KeyBusy`` (the front door answers 429), not a database error (a 503 'unreachable')."""
+    from decide.migrations.apply import upgrade
     from decide.store.db import make_engine
-    from decide.store.migrate import upgrade
 
     upgrade(postgres_url)
     engine = make_engine(f"{postgres_url}?options=-c%20lock_timeout%3D300ms")
@@ -253,9 +253,9 @@ def test_a_key_locked_past_the_lock_timeout_is_busy_not_unreachable(postgres_url
             quota.lock_owner(holding, "key-a")
             started = time.monotonic()
             with pytest.raises(quota.KeyBusy):
-                jobs.create_job(engine, owner="key-a", model="m", priority="background",
-                                request={}, metadata=None, rows=1, input_tokens=1,
-                                admit=within(QUOTA_ROWS, "key-a"))
+                submission.create_job(engine, owner="key-a", model="m", priority="background",
+                                      request={}, metadata=None, rows=1, input_tokens=1,
+                                      admit=within(QUOTA_ROWS, "key-a"))
             assert time.monotonic() - started < 3
         assert queued_rows(engine, "key-a") == 0
     finally:

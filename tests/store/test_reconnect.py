@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import psycopg
 
-from decide.store import jobs
+from decide.migrations.apply import upgrade
+from decide.store import job_claims, job_reads, jobs, submission
 from decide.store.db import make_engine
-from decide.store.migrate import upgrade
 from tests.store.conftest import POSTGRES_ADMIN
 
 
@@ -23,18 +23,18 @@ def test_claim_cancel_check_and_finish_survive_dropped_connections(postgres_url)
     upgrade(postgres_url)
     db = make_engine(postgres_url, ping_on_checkout=False)
     try:
-        job, _ = jobs.create_job(db, owner="o", model="m", priority="background",
-                                 request={"state": "s", "questions": {}}, metadata=None,
-                                 rows=2, input_tokens=9)
+        job, _ = submission.create_job(db, owner="o", model="m", priority="background",
+                                       request={"state": "s", "questions": {}}, metadata=None,
+                                       rows=2, input_tokens=9)
         assert drop_every_connection(postgres_url) >= 1  # the pooled one goes stale
-        claimed = jobs.claim_job(db, job.id, "w")
+        claimed = job_claims.claim_job(db, job.id, "w")
         assert claimed is not None and claimed.decode_runs == 1
         drop_every_connection(postgres_url)
-        assert jobs.claim_standing(db, claimed) == jobs.GO_ON
+        assert job_claims.claim_standing(db, claimed) == job_claims.GO_ON
         drop_every_connection(postgres_url)
-        assert jobs.finish_job(db, claimed, status=jobs.SUCCEEDED, result={"answers": {}},
-                               input_tokens=9)
-        done = jobs.get_job(db, job.id)
+        assert job_claims.finish_job(db, claimed, status=jobs.SUCCEEDED, result={"answers": {}},
+                                     input_tokens=9)
+        done = job_reads.get_job(db, job.id)
         assert done.status == jobs.SUCCEEDED and done.decode_runs == 1
     finally:
         db.dispose()
@@ -45,10 +45,10 @@ def test_a_claim_whose_reply_was_lost_is_still_ours(db, monkeypatch):
     job running under this worker and takes it, rather than leaving it running for nobody."""
     from sqlalchemy.exc import DBAPIError
 
-    job, _ = jobs.create_job(db, owner="o", model="m", priority="background",
-                             request={"state": "s", "questions": {}}, metadata=None,
-                             rows=1, input_tokens=1)
-    real_claim = jobs._claim
+    job, _ = submission.create_job(db, owner="o", model="m", priority="background",
+                                   request={"state": "s", "questions": {}}, metadata=None,
+                                   rows=1, input_tokens=1)
+    real_claim = job_claims._claim
     tries = []
 
     def committed_then_dropped(db_, job_id, worker_id):
@@ -59,9 +59,9 @@ def test_a_claim_whose_reply_was_lost_is_still_ours(db, monkeypatch):
                              connection_invalidated=True)
         return claimed
 
-    monkeypatch.setattr(jobs, "_claim", committed_then_dropped)
-    claimed = jobs.claim_job(db, job.id, "worker-1")
+    monkeypatch.setattr(job_claims, "_claim", committed_then_dropped)
+    claimed = job_claims.claim_job(db, job.id, "worker-1")
     assert len(tries) == 2
     assert claimed is not None and claimed.status == jobs.RUNNING
     assert claimed.worker_id == "worker-1" and claimed.decode_runs == 1
-    assert jobs.claim_job(db, job.id, "worker-2") is None  # and nobody else's
+    assert job_claims.claim_job(db, job.id, "worker-2") is None  # and nobody else's

@@ -1,4 +1,6 @@
-"""Apply the Alembic migrations to a database (``decide migrate``, and the embedded start-up)."""
+"""Apply the Alembic migrations to a database (``decide migrate``, and the embedded start-up).
+The scripts are this package's own folder, so nothing below the migrations needs to know
+where they are."""
 
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from decide import migrations
+from decide.store.db import make_engine
 
-SCRIPT_LOCATION = str(Path(migrations.__file__).resolve().parent)
+SCRIPT_LOCATION = str(Path(__file__).resolve().parent)
 
 
 def alembic_config(url: str) -> Config:
@@ -37,8 +39,6 @@ def upgrade(url: str) -> list[str]:
 
 
 def current_revision(url: str) -> str | None:
-    from decide.store.db import make_engine
-
     engine = make_engine(url)
     try:
         with engine.connect() as connection:
