@@ -35,9 +35,10 @@ test: lint
 	$(PY) -m tests.preflight
 	$(PY) -m pytest
 
-# The in-process tier alone (tests/unit, pytest's `unit` marker): seconds, for while you work.
+# The in-process tiers alone (tests/unit and tests/app, pytest's `unit` and `app` markers):
+# seconds, for while you work.
 unit: install
-	$(PY) -m pytest -m unit -q
+	$(PY) -m pytest -m "unit or app" -q
 
 bench: install
 	$(PY) benchmarks/engine.py

@@ -14,6 +14,7 @@ from decide.api.backlog import LaneBacklog
 from decide.api.context import ApiContext
 from decide.api.quotas import Quotas
 from decide.config.settings import Settings
+from decide.core.engine import DecisionEngine
 from decide.llm.catalog import Catalog
 from decide.llm.engines import load_planner
 from decide.metrics import Exposition, LaneCollector
@@ -25,12 +26,15 @@ from decide.transport.queue import JobQueue
 
 
 def api_context(settings: Settings, db: Database, catalog: Catalog, queue: JobQueue,
-                events: JobEvents, quota_storage: dict[str, Any] | None = None) -> ApiContext:
+                events: JobEvents, quota_storage: dict[str, Any] | None = None,
+                planners: dict[str, DecisionEngine] | None = None) -> ApiContext:
     """Every model's vocabulary (for the limits), the keys and the metrics, around a transport.
     ``quota_storage``: options of the per-minute window's Redis client (the broker's timeouts
-    and breaker, so a stalled Redis skips the window at once)."""
-    planners = {name: load_planner(config, settings).engine
-                for name, config in catalog.models.items()}
+    and breaker, so a stalled Redis skips the window at once). ``planners``: the models'
+    vocabulary engines when the caller has them already (loaded here otherwise)."""
+    if planners is None:
+        planners = {name: load_planner(config, settings).engine
+                    for name, config in catalog.models.items()}
     return ApiContext(settings=settings, db=db, catalog=catalog, planners=planners,
                       queue=queue, events=events,
                       auth=Authenticator(settings.key_list, admins=settings.admin_key_list),

@@ -13,7 +13,7 @@ from decide.runner.in_process import use_runner_build
 use_runner_build(Settings())
 
 
-TIERS = ("unit", "api", "model", "store", "distributed", "ops")
+TIERS = ("unit", "app", "api", "model", "store", "distributed", "ops")
 """Each test folder is a tier, marked by its name: ``pytest -m unit`` (``make unit``) runs the
 in-process tier alone, in seconds."""
 

@@ -52,3 +52,30 @@ class RecordingReader:
             queue = self.logits_for.get(row.question_id)
             out.append(queue.pop(0) if queue else [0.0] * len(row.label_ids))
         return out
+
+
+class ScriptedReader:
+    """A ``RowReader`` whose numbers follow a rule instead of a model, so answers are known
+    in advance and read in microseconds: a label row's first label leads (logits 2, 0, 0, …);
+    an option row's log-probability falls with its option index (option 0 is the likeliest).
+    Hidden states asked for are zeros of ``width``."""
+
+    def __init__(self, width: int = 640) -> None:
+        self.width = width
+        self.rows_read = 0
+
+    def read(self, prefix: Sequence[int], rows: Sequence[Row],
+             before_row: Callable[[], None] | None = None, *,
+             hidden: dict[int, list[float]] | None = None) -> list[list[float]]:
+        out = []
+        for index, row in enumerate(rows):
+            if before_row is not None:
+                before_row()
+            self.rows_read += 1
+            if hidden is not None and index in hidden:
+                hidden[index] = [0.0] * self.width
+            if row.option is not None:
+                out.append([-1.0 - row.option] + [0.0] * (row.continuation - 1))
+            else:
+                out.append([2.0] + [0.0] * (len(row.label_ids) - 1))
+        return out

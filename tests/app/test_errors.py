@@ -1,4 +1,5 @@
-"""Every error row of SPEC §2.3 with its status and body shape, and each 413 limit of §2.4."""
+"""Every error row of SPEC §2.3 with its status and body shape, and each 413 limit of §2.4,
+in-process (``tests/app``): the real app, store and vocabulary; decoding scripted."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ import json
 import pytest
 import zstandard
 
+from tests.app.conftest import KEYS
 from tests.slow_work import distinct_nouls
-
-pytestmark = pytest.mark.model
 
 NOUL = {"type": "noul", "instructions": "Refund?"}
 
@@ -160,51 +160,51 @@ def test_404_unknown_model_names_the_configured_ones(open_client):
     assert "gpt-9" in message and "gemma-3-270m" in message and "gemma-long" in message
 
 
-def test_401_without_a_key_and_with_a_wrong_key(keyed_server):
-    with keyed_server.client() as anonymous:
-        response = anonymous.post("/v1/systemone", json={"state": "s", "questions": {"r": NOUL}})
-        error_body(response, 401, "authentication_error")
-    with keyed_server.client("not-a-key") as wrong:
-        error_body(wrong.get("/v1/models"), 401, "authentication_error")
-        error_body(wrong.get("/v1/jobs"), 401, "authentication_error")
+def test_401_without_a_key_and_with_a_wrong_key(front_door):
+    client = front_door.client
+    response = client.post("/v1/systemone", json={"state": "s", "questions": {"r": NOUL}})
+    assert "Authorization: Bearer" in error_body(response, 401, "authentication_error")["message"]
+    assert response.headers["www-authenticate"] == "Bearer"
+    wrong = front_door.keyed("not-a-key")
+    error_body(client.get("/v1/models", headers=wrong), 401, "authentication_error")
+    error_body(client.get("/v1/jobs", headers=wrong), 401, "authentication_error")
 
 
-def test_404_for_another_callers_job(keyed_server):
-    with keyed_server.client("key-alpha") as alpha, keyed_server.client("key-beta") as beta:
-        job = alpha.post("/v1/jobs", json={"state": "s", "questions": {"r": NOUL}}).json()
-        for call in (beta.get, beta.delete):
-            error_body(call(f"/v1/jobs/{job['id']}"), 404, "not_found_error")
-        error_body(beta.get("/v1/jobs/job_doesnotexist"), 404, "not_found_error")
+def test_404_for_another_callers_job(front_door):
+    alpha, beta = front_door.keyed(KEYS[0]), front_door.keyed(KEYS[1])
+    job = front_door.client.post("/v1/jobs", headers=alpha,
+                                 json={"state": "s", "questions": {"r": NOUL}}).json()
+    for method in ("GET", "DELETE"):
+        error_body(front_door.client.request(method, f"/v1/jobs/{job['id']}", headers=beta),
+                   404, "not_found_error")
+    error_body(front_door.client.get("/v1/jobs/job_doesnotexist", headers=beta), 404,
+               "not_found_error")
+    assert front_door.client.get(f"/v1/jobs/{job['id']}", headers=alpha).status_code == 200
 
 
-def test_504_with_the_job_id_when_a_sync_call_outlives_its_wait(keyed_server):
-    questions = distinct_nouls(150)
-    with keyed_server.client("key-alpha") as alpha:
-        response = alpha.post("/v1/systemone", json={"state": "s", "questions": questions})
-        detail = error_body(response, 504, "timeout")
-        assert detail["job_id"] == response.headers["x-job-id"]
-        # 600 rows: seconds on an idle host, longer on a busy one; the job finishes either way
-        for _ in range(5):
-            job = alpha.get(f"/v1/jobs/{detail['job_id']}", params={"wait": 60}).json()
-            if job["status"] not in ("queued", "running"):
-                break
-        assert job["status"] == "succeeded"
-        assert len(job["result"]["answers"]) == 150
+def test_504_with_the_job_id_when_a_sync_call_outlives_its_wait(front_door_factory):
+    door = front_door_factory(sync_wait_seconds=0.5)
+    door.worker.holding = True  # the worker is busy elsewhere for longer than the wait
+    response = door.client.post("/v1/systemone",
+                                json={"state": "s", "questions": distinct_nouls(150)})
+    detail = error_body(response, 504, "timeout")
+    assert detail["job_id"] == response.headers["x-job-id"]
+    assert door.worker.release() == ["succeeded"]  # the job finishes either way
+    job = door.client.get(f"/v1/jobs/{detail['job_id']}").json()
+    assert job["status"] == "succeeded"
+    assert len(job["result"]["answers"]) == 150
 
 
-def test_503_when_a_lane_is_full(keyed_server):
-    """The keyed server's background lane takes 300 queued rows; a long foreground job keeps
-    the worker busy while background work piles up."""
-    busy = distinct_nouls(120)
+def test_503_when_a_lane_is_full(front_door_factory):
+    """A background lane of 300 queued rows: an idle lane takes one request's worth, then
+    refuses with Retry-After while that work is still queued."""
+    door = front_door_factory(background_lane_rows=300)
+    door.worker.holding = True
     batch = {f"q{i}": NOUL for i in range(200)}
-    with keyed_server.client("key-beta") as beta:
-        first = beta.post("/v1/systemone", headers={"Prefer": "respond-async"},
-                          json={"state": "busy", "questions": busy}).json()
-        accepted = beta.post("/v1/jobs", json={"state": "a", "questions": batch})
-        assert accepted.status_code == 202
-        refused = beta.post("/v1/jobs", json={"state": "b", "questions": batch})
-        detail = error_body(refused, 503, "overloaded_error")
-        assert "300" in detail["message"]
-        assert int(refused.headers["retry-after"]) >= 1
-        beta.delete(f"/v1/jobs/{accepted.json()['id']}")
-        beta.delete(f"/v1/jobs/{first['id']}")
+    accepted = door.client.post("/v1/jobs", json={"state": "a", "questions": batch})
+    assert accepted.status_code == 202
+    refused = door.client.post("/v1/jobs", json={"state": "b", "questions": batch})
+    detail = error_body(refused, 503, "overloaded_error")
+    assert "300" in detail["message"] and "DECIDE_BACKGROUND_LANE_ROWS" in detail["message"]
+    assert int(refused.headers["retry-after"]) >= 1
+    assert door.worker.release() == ["succeeded"]  # the first is decoded in its turn

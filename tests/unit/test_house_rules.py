@@ -1,0 +1,76 @@
+"""The tree keeps the house rules (issue 24): no module over 400 lines, no function over 60, no
+circle of imports, and import contracts with no ignored imports and no exceptions. Each
+measure is also shown to catch a tree that breaks it."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.support.house_rules import (
+    MAX_FUNCTION_LINES,
+    MAX_MODULE_LINES,
+    import_cycles,
+    long_functions,
+    long_modules,
+)
+from tests.support.lint_imports import ROOT, lay_out
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    layout = tmp_path_factory.mktemp("layout")
+    lay_out(layout)
+    return layout
+
+
+def write(layout: Path, module: str, text: str) -> None:
+    path = layout.joinpath(*module.split(".")).with_suffix(".py")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for folder in path.relative_to(layout).parents:
+        (layout / folder / "__init__.py").touch()
+    path.write_text(text)
+
+
+def test_no_module_is_over_400_lines(tree):
+    assert long_modules(tree) == []
+
+
+def test_no_function_is_over_60_lines(tree):
+    assert long_functions(tree) == []
+
+
+def test_no_modules_import_one_another_in_a_circle(tree):
+    assert import_cycles(tree) == []
+
+
+def test_the_contracts_ignore_no_import_and_grant_no_exception():
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    assert all("ignore_imports" not in contract for contract in contracts["contracts"])
+    llama = [contract for contract in contracts["contracts"]
+             if "llama_cpp" in contract.get("protected_modules", ())]
+    assert [contract["allowed_importers"] for contract in llama] == [["decide.llm"]]
+
+
+def test_a_long_module_and_a_long_function_are_named(tmp_path):
+    body = "\n".join(f"    x{n} = {n}" for n in range(MAX_FUNCTION_LINES))
+    write(tmp_path, "decide.short", "def fits():\n" + "\n".join(body.splitlines()[:-1]) + "\n")
+    write(tmp_path, "decide.long", "def grows():\n" + body + "\n"
+          + "\n" * (MAX_MODULE_LINES - MAX_FUNCTION_LINES))
+    assert long_modules(tmp_path) == [f"decide.long: {MAX_MODULE_LINES + 1} lines"]
+    assert long_functions(tmp_path) == [f"decide.long:1 grows: {MAX_FUNCTION_LINES + 1} lines"]
+
+
+def test_a_circle_through_a_function_level_import_is_found(tmp_path):
+    write(tmp_path, "decide.cli.main", "from decide.cli import service\n")
+    write(tmp_path, "decide.cli.service", "def run():\n    from decide.cli.main import x\n")
+    write(tmp_path, "decide.cli.alone", "from . import main\nfrom .main import x\n")
+    assert import_cycles(tmp_path) == [["decide.cli.main", "decide.cli.service"]]
+
+
+def test_a_relative_import_closes_a_circle_too(tmp_path):
+    write(tmp_path, "decide.store.a", "from .b import thing\n")
+    write(tmp_path, "decide.store.b", "from ..store import a\n")
+    assert import_cycles(tmp_path) == [["decide.store.a", "decide.store.b"]]
