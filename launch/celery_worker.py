@@ -1,11 +1,12 @@
 """``decide worker --model NAME``: a Celery worker that holds one loaded model.
 
 One process, solo pool, one message in hand (prefetch 1), queues polled strictly
-foreground first. The model is loaded by a runner child process (``worker.runner``), which
+foreground first. The model is loaded by a runner child process (``runner.child``), which
 decodes a probe before the worker takes anything; a crash in llama.cpp kills the runner, not
 the worker, which puts the job back (or ends it ``worker_crashed`` after
 ``DECIDE_MAX_ATTEMPTS`` tries) and starts a new runner. A heartbeat thread says the worker is
-alive; a delivery thread keeps the lanes fed from the database.
+alive; a delivery thread keeps the lanes fed from the database. ``CeleryWorker`` is the
+process, its tunables passed in.
 """
 
 from __future__ import annotations
@@ -16,19 +17,20 @@ import signal
 import socket
 import threading
 import time
+from typing import Any
 
 from decide import metrics
 from decide.config.settings import Settings
 from decide.core.protocol import FOREGROUND
 from decide.llm.catalog import load_catalog
+from decide.runner.client import Runner, RunnerEngine, RunnerUnavailable
 from decide.store.db import make_engine
 from decide.store.workers import Heartbeat, new_worker_id
 from decide.transport.broker import Broker, ChannelListener, on_worker_shutting_down
 from decide.transport.lanes import CANCEL_CHANNEL, TASK_NAME, lanes_of
 from decide.worker.between_rows import ForegroundFirst
 from decide.worker.delivery import Delivery
-from decide.worker.execute import LEAVING, CancelledJobs, run_job
-from decide.worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
+from decide.worker.execute import CancelledJobs, run_job
 
 log = logging.getLogger("decide.worker")
 FOREGROUND_LOOK_SECONDS = 0.02
@@ -39,124 +41,152 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def run_worker(settings: Settings, model_name: str | None, metrics_port: int | None) -> None:
-    if not settings.broker_url:
-        raise SystemExit("decide worker needs DECIDE_BROKER_URL (and DECIDE_DATABASE_URL)")
-    catalog = load_catalog(settings)
-    config = catalog.get(model_name)
-    runner = Runner(settings, config.name)
-    runner.start()
-    if not runner.wait_ready(Runner.START_TIMEOUT_SECONDS):
-        runner.stop()
-        raise SystemExit(f"decide worker: the decoding runner of {config.name!r} failed its "
-                         f"self-check: {runner.problem}")
-    engine = RunnerEngine(runner, config.name)
-    metrics.model_loaded.labels(config.name).set(1)
-    if metrics_port:
+class CeleryWorker:
+    """One ``decide worker`` process: a runner holding ``model_name``, the Celery task that runs
+    its jobs, a heartbeat, the delivery loop and the cancel listener, for as long as ``run``
+    lasts. ``leaving`` is set when Celery starts shutting down: a finish the database keeps
+    refusing then gives up (the job is re-queued once this worker's heartbeats stop)."""
+
+    def __init__(self, settings: Settings, model_name: str | None = None, *,
+                 metrics_port: int | None = None,
+                 look_every: float = FOREGROUND_LOOK_SECONDS,
+                 runner_start_seconds: float = Runner.START_TIMEOUT_SECONDS,
+                 leaving: threading.Event | None = None) -> None:
+        if not settings.broker_url:
+            raise SystemExit("decide worker needs DECIDE_BROKER_URL (and DECIDE_DATABASE_URL)")
+        self._settings = settings
+        self._catalog = load_catalog(settings)
+        self.model = self._catalog.get(model_name).name
+        self._metrics_port = metrics_port
+        self._runner_start_seconds = runner_start_seconds
+        self.leaving = leaving or threading.Event()
+        self._failed = threading.Event()
+        self._cancelled = CancelledJobs()
+        self._runner = Runner(settings, self.model)
+        self._engine = RunnerEngine(self._runner, self.model)
+        # no ping before each use: claims and finishes retry once on a dropped connection
+        self._db = make_engine(settings.resolved_database_url, ping_on_checkout=False)
+        self._broker = Broker(settings.broker_url, consumer=True)
+        self._worker_id = new_worker_id(self.model)
+        self._foreground_first = ForegroundFirst(self._take_foreground, self._run_foreground,
+                                                 look_every=look_every)
+
+    def run(self) -> None:
+        """Start the runner, then serve the model's lanes until Celery stops."""
+        self._start_runner()
+        metrics.model_loaded.labels(self.model).set(1)
+        self._serve_metrics()
+        self._register_task()
+        on_worker_shutting_down(self.leaving.set)
+        ChannelListener(self._broker.url, CANCEL_CHANNEL, self._cancelled.add).start()
+        heartbeat = Heartbeat(self._db, worker_id=self._worker_id, model=self.model,
+                              metrics_port=self._metrics_port)
+        delivery = Delivery(db=self._db, broker=self._broker, models=list(self._catalog.models),
+                            retention_days=self._settings.retention_days,
+                            max_attempts=self._settings.max_attempts, worker_id=self._worker_id)
+        # Until Celery installs its own handlers, a SIGTERM must still unwind through `finally`,
+        # so a worker stopped while starting leaves at once instead of looking alive for 10 s.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
         try:
-            metrics.serve(metrics_port, settings.host)
+            heartbeat.start()
+            delivery.start()
+            self._consume()
+        finally:
+            heartbeat.stop()
+            delivery.stop()
+            metrics.model_loaded.labels(self.model).set(0)
+            self._runner.stop()
+        if self._failed.is_set():
+            raise SystemExit(f"decide worker: the decoding runner of {self.model!r} could not "
+                             f"start again: {self._runner.problem}")
+
+    def run_task(self, job_id: str) -> str | None:
+        """The Celery task's body: one job, once the runner is ready."""
+        if not self._await_runner():
+            # the job stays queued (never claimed); the delivery loop sends it again
+            log.critical("decoding runner of %s cannot start again: %s; this worker stops",
+                         self.model, self._runner.problem)
+            self._failed.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+            return None
+        return self._run_job(job_id, yield_to_foreground=self._foreground_first)
+
+    def _start_runner(self) -> None:
+        self._runner.start()
+        if not self._runner.wait_ready(self._runner_start_seconds):
+            self._runner.stop()
+            raise SystemExit(f"decide worker: the decoding runner of {self.model!r} failed its "
+                             f"self-check: {self._runner.problem}")
+
+    def _serve_metrics(self) -> None:
+        if not self._metrics_port:
+            return
+        try:
+            metrics.serve(self._metrics_port, self._settings.host)
         except OSError as error:  # decoding matters more than this worker's metrics
             log.error("cannot serve metrics on port %d (%s): pass --metrics-port to each "
-                      "worker on this host", metrics_port, error)
-            metrics_port = None
-    # no ping before each use: claims and finishes retry once on a dropped connection instead
-    db = make_engine(settings.resolved_database_url, ping_on_checkout=False)
-    broker = Broker(settings.broker_url, consumer=True)
-    worker_id = new_worker_id(config.name)
+                      "worker on this host", self._metrics_port, error)
+            self._metrics_port = None
 
-    def engine_for(model: str):
-        if model != config.name:
-            raise RuntimeError(f"worker of {config.name!r} got a job for {model!r}")
-        return engine
+    def _register_task(self) -> None:
+        @self._broker.celery.task(name=TASK_NAME)
+        def run_job_task(job_id: str) -> str | None:
+            return self.run_task(job_id)
 
-    def take_foreground() -> str | None:
+    def _consume(self) -> None:
+        self._broker.celery.worker_main([
+            "worker", "--pool=solo", "--concurrency=1", "--prefetch-multiplier=1",
+            f"--queues={','.join(lanes_of(self.model))}",
+            f"--hostname={self.model}@{socket.gethostname()}-{os.getpid()}",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            # a line per task is noise in a backlog of 100,000; our own loggers stay at INFO
+            "--loglevel=WARNING"])
+
+    def _run_job(self, job_id: str, **extra: Any) -> str | None:
+        return run_job(job_id, db=self._db, engine_for=self._engine_for,
+                       worker_id=self._worker_id, on_finished=self._broker.publish_finished,
+                       cancelled=self._cancelled, max_attempts=self._settings.max_attempts,
+                       leaving=self.leaving, **extra)
+
+    def _engine_for(self, model: str) -> RunnerEngine:
+        if model != self.model:
+            raise RuntimeError(f"worker of {self.model!r} got a job for {model!r}")
+        return self._engine
+
+    def _take_foreground(self) -> str | None:
         try:
-            return broker.take_waiting(config.name, FOREGROUND)
+            return self._broker.take_waiting(self.model, FOREGROUND)
         except Exception as error:  # Redis away: look again after the next rows
             log.warning("cannot look for foreground work (%s)", error)
             return None
 
-    def run_foreground(waiting: str) -> bool:
+    def _run_foreground(self, waiting: str) -> bool:
         """A foreground job between background rows. A Redis or database error here belongs
         to the foreground job, never to the background job around it: the background job
         goes on, and a foreground job taken but not run is sent again."""
         try:
-            run_job(waiting, db=db, engine_for=engine_for, worker_id=worker_id,
-                    on_finished=broker.publish_finished, cancelled=cancelled,
-                    max_attempts=settings.max_attempts)
+            self._run_job(waiting)
         except RunnerUnavailable:
             raise  # the background job stops too; both go back to the queue
         except Exception:
             log.exception("foreground job %s could not be run between rows", waiting)
-            _send_again(broker, waiting, config.name)
+            self._send_again(waiting)
             return False
         return True
 
-    serve_foreground_first = ForegroundFirst(take_foreground, run_foreground,
-                                             look_every=FOREGROUND_LOOK_SECONDS)
+    def _send_again(self, job_id: str) -> None:
+        """Put a foreground job back on its lane; a duplicate is harmless (claims are
+        conditional), and where Redis is away too, the delivery loop sends it again from the
+        database."""
+        try:
+            self._broker.send(job_id, self.model, FOREGROUND)
+        except Exception as error:
+            log.warning("foreground job %s is left to the delivery loop (%s)", job_id, error)
 
-    @broker.celery.task(name=TASK_NAME)
-    def run_job_task(job_id: str) -> str | None:
-        if not _await_runner(runner):
-            # the job stays queued (never claimed); the delivery loop sends it again
-            log.critical("decoding runner of %s cannot start again: %s; this worker stops",
-                         config.name, runner.problem)
-            failed.set()
-            os.kill(os.getpid(), signal.SIGTERM)
-            return None
-        return run_job(job_id, db=db, engine_for=engine_for, worker_id=worker_id,
-                       on_finished=broker.publish_finished, cancelled=cancelled,
-                       yield_to_foreground=serve_foreground_first,
-                       max_attempts=settings.max_attempts)
-
-    failed = threading.Event()
-
-    # a finish still failing when Celery shuts down gives up; the repair loop re-queues it
-    on_worker_shutting_down(LEAVING.set)
-    cancelled = CancelledJobs()
-    ChannelListener(settings.broker_url, CANCEL_CHANNEL, cancelled.add).start()
-
-    heartbeat = Heartbeat(db, worker_id=worker_id, model=config.name,
-                          metrics_port=metrics_port)
-    delivery = Delivery(db=db, broker=broker, models=list(catalog.models),
-                        retention_days=settings.retention_days,
-                        max_attempts=settings.max_attempts, worker_id=worker_id)
-    # Until Celery installs its own handlers, a SIGTERM must still unwind through `finally`,
-    # so a worker stopped while starting leaves at once instead of looking alive for 10 s.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    try:
-        heartbeat.start()
-        delivery.start()
-        broker.celery.worker_main([
-            "worker", "--pool=solo", "--concurrency=1", "--prefetch-multiplier=1",
-            f"--queues={','.join(lanes_of(config.name))}",
-            f"--hostname={config.name}@{socket.gethostname()}-{os.getpid()}",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-            # a line per task is noise in a backlog of 100,000; our own loggers stay at INFO
-            "--loglevel=WARNING"])
-    finally:
-        heartbeat.stop()
-        delivery.stop()
-        metrics.model_loaded.labels(config.name).set(0)
-        runner.stop()
-    if failed.is_set():
-        raise SystemExit(f"decide worker: the decoding runner of {config.name!r} could not "
-                         f"start again: {runner.problem}")
-
-
-def _send_again(broker: Broker, job_id: str, model: str) -> None:
-    """Put a foreground job back on its lane; a duplicate is harmless (claims are conditional),
-    and where Redis is away too, the delivery loop sends it again from the database."""
-    try:
-        broker.send(job_id, model, FOREGROUND)
-    except Exception as error:
-        log.warning("foreground job %s is left to the delivery loop (%s)", job_id, error)
-
-
-def _await_runner(runner: Runner) -> bool:
-    """Wait for a runner that is starting again after a crash; False when it cannot."""
-    deadline = time.monotonic() + Runner.START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if runner.wait_ready(1.0):
-            return True
-    return False
+    def _await_runner(self) -> bool:
+        """Wait for a runner that is starting again after a crash; False when it cannot."""
+        deadline = time.monotonic() + self._runner_start_seconds
+        while time.monotonic() < deadline:
+            if self._runner.wait_ready(1.0):
+                return True
+        return False

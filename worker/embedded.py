@@ -1,5 +1,5 @@
 """The embedded worker: one thread in the API process that runs jobs, and a runner child process
-(``worker.runner``) that holds the models and decodes them.
+(``runner.child``) that holds the models and decodes them.
 
 It is the embedded setup's transport (``JobQueue``): job ids go into an in-memory line,
 foreground before background and the keys taking turns within a lane
@@ -18,14 +18,14 @@ import threading
 from decide import metrics
 from decide.config.settings import Settings
 from decide.llm.catalog import Catalog
-from decide.store import jobs
+from decide.runner.client import Runner, RunnerEngine, RunnerUnavailable
+from decide.store import job_reads, jobs, recovery
 from decide.store.db import Database
 from decide.store.workers import Heartbeat, new_worker_id
 from decide.transport.events import JobEvents
 from decide.worker.between_rows import ForegroundFirst, Retention
-from decide.worker.execute import LEAVING, CancelledJobs, run_job
+from decide.worker.execute import CancelledJobs, run_job
 from decide.worker.fair_queue import FairQueue
-from decide.worker.runner_client import Runner, RunnerEngine, RunnerUnavailable
 
 log = logging.getLogger("decide.worker")
 READY_POLL_SECONDS = 0.5
@@ -45,6 +45,7 @@ class EmbeddedWorker:
         self._thread = threading.Thread(target=self._loop, name="decide-worker", daemon=True)
         self._stopping = threading.Event()
         self.cancelled = CancelledJobs()
+        self._leaving = threading.Event()  # set on stop: a refused write gives up then
         self._retention = Retention(db, settings.retention_days)
         self._foreground_first = ForegroundFirst(self._queue.take_foreground,
                                                  self._run_foreground)
@@ -56,16 +57,15 @@ class EmbeddedWorker:
     def start(self) -> None:
         """Start the runner (it loads the default model and decodes the probe), take back the
         jobs a previous process left, and start taking jobs once the runner is ready."""
-        LEAVING.clear()
         self._runner.start()
         self._heartbeat = Heartbeat(self._db, worker_id=new_worker_id(self._catalog.default),
                                     model=self._catalog.default)
         self._heartbeat.start()
-        _, failed = jobs.requeue_running(self._db, max_attempts=self._settings.max_attempts)
+        _, failed = recovery.requeue_running(self._db, max_attempts=self._settings.max_attempts)
         for job_id in failed:
             log.error("job %s ended worker_crashed: the process running it died %d times",
                       job_id, self._settings.max_attempts)
-        for job_id, model, priority, owner in jobs.queued_jobs(self._db):
+        for job_id, model, priority, owner in job_reads.queued_jobs(self._db):
             self.send(job_id, model, priority, owner)
         self._thread.start()
 
@@ -97,7 +97,7 @@ class EmbeddedWorker:
 
     def _requeue(self, job_id: str) -> None:
         """A job whose runner died (or was not ready) goes back in line."""
-        job = jobs.get_job(self._db, job_id)
+        job = job_reads.get_job(self._db, job_id)
         if job is not None and job.status == jobs.QUEUED:
             self.send(job_id, job.model, job.priority, job.owner)
 
@@ -120,7 +120,8 @@ class EmbeddedWorker:
             run_job(job_id, db=self._db, engine_for=self._engine_for,
                     on_finished=self._events.publish, cancelled=self.cancelled,
                     yield_to_foreground=None if nested else self._foreground_first,
-                    max_attempts=self._settings.max_attempts, on_requeued=self._requeue)
+                    max_attempts=self._settings.max_attempts, on_requeued=self._requeue,
+                    leaving=self._leaving)
         except RunnerUnavailable as unavailable:  # put back; it runs on the next runner
             log.error("job %s waits: %s", job_id, unavailable)
             if nested:
@@ -145,7 +146,7 @@ class EmbeddedWorker:
 
     def stop(self) -> None:
         self._stopping.set()
-        LEAVING.set()  # a finish the database keeps refusing gives up now
+        self._leaving.set()  # a finish the database keeps refusing gives up now
         self._heartbeat.stop()
         if self._thread.is_alive():
             self._thread.join(timeout=30)

@@ -20,9 +20,9 @@ from decide import metrics
 from decide.core.engine import Decision
 from decide.core.errors import DecideError
 from decide.core.protocol import DecisionRequest, parse_request
-from decide.store import jobs
+from decide.runner.client import RunnerCrashed, RunnerUnavailable
+from decide.store import job_claims, job_reads, jobs, recovery
 from decide.store.db import DATABASE_AWAY, Database
-from decide.worker.runner_client import RunnerCrashed, RunnerUnavailable
 from decide.worker.teaching import TaughtReadouts, run_fit
 
 log = logging.getLogger("decide.worker")
@@ -34,16 +34,16 @@ announces a cancel to the workers, who then stop before the next row without rea
 T = TypeVar("T")
 FINISH_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
 """Waits between tries of a finish the database refused (the last one repeats)."""
-LEAVING = threading.Event()
-"""Set when this process's worker stops: a finish still failing then gives up, and the job,
-still ``running``, is re-queued by the delivery loop once this worker's heartbeats stop."""
 
 
-def until_stored(operation: Callable[[], T], what: str) -> T | None:
+def until_stored(operation: Callable[[], T], what: str,
+                 leaving: threading.Event | None = None) -> T | None:
     """Run ``operation`` until the database takes it (a restart of PostgreSQL, a locked SQLite
-    file), waiting longer after each refusal; None when the worker leaves first. A decoded
-    job's result is never dropped because one write failed, and a job is never failed
-    because the database was away while it was read."""
+    file), waiting longer after each refusal; None when the worker leaves first (``leaving``,
+    set when the worker stops: the job, still ``running``, is re-queued by the delivery loop
+    once this worker's heartbeats stop). A decoded job's result is never dropped because one
+    write failed, and a job is never failed because the database was away while it was
+    read."""
     for attempt in itertools.count():
         try:
             return operation()
@@ -51,7 +51,9 @@ def until_stored(operation: Callable[[], T], what: str) -> T | None:
             wait = FINISH_BACKOFF_SECONDS[min(attempt, len(FINISH_BACKOFF_SECONDS) - 1)]
             log.warning("%s failed (%s); trying again in %.1f s", what,
                         type(error).__name__, wait)
-            if LEAVING.wait(wait):
+            if leaving is None:
+                time.sleep(wait)
+            elif leaving.wait(wait):
                 log.error("%s: the worker is leaving; the job stays running and is re-queued "
                           "once this worker's heartbeats stop", what)
                 return None
@@ -70,7 +72,7 @@ def decision_request(db: Database, job: jobs.JobRecord) -> DecisionRequest:
 @functools.lru_cache(maxsize=16)
 def _batch_template(db: Database, batch_id: str, model: str) -> DecisionRequest:
     """A batch's question set never changes: parsed on its first item, not on every one."""
-    questions = json.loads(jobs.batch_questions(db, batch_id))
+    questions = json.loads(job_reads.batch_questions(db, batch_id))
     return parse_request({"model": model, "state": "", "questions": questions},
                          blank_state_ok=True)
 
@@ -130,7 +132,8 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
             yield_to_foreground: Callable[[], None] | None = None,
             cancelled: CancelledJobs | None = None,
             max_attempts: int = 3,
-            on_requeued: Callable[[str], None] | None = None) -> str | None:
+            on_requeued: Callable[[str], None] | None = None,
+            leaving: threading.Event | None = None) -> str | None:
     """Decode ``job_id`` once; returns its final status, ``queued`` when the runner died under
     it and it goes back to the queue, or None when it was not ours to run (already taken,
     finished or cancelled: a redelivery is never decoded twice).
@@ -138,31 +141,35 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
     A background job calls ``yield_to_foreground`` before each row: it decodes any foreground
     job waiting meanwhile, so a foreground job waits at most for one background row. A job
     whose runner died (``RunnerCrashed``) is queued again, through ``on_requeued``, until its
-    decode has crashed ``max_attempts`` times; then it ends failed with ``worker_crashed``."""
-    job = _claim(db, job_id, worker_id)
+    decode has crashed ``max_attempts`` times; then it ends failed with ``worker_crashed``.
+    ``leaving``: the worker's event, set when it stops (a write the database keeps refusing
+    then gives up; None: never)."""
+    job = _claim(db, job_id, worker_id, leaving)
     if job is None:
         return None
     try:
         return _decode_claimed(job, db=db, engine_for=engine_for, on_finished=on_finished,
-                               yield_to_foreground=yield_to_foreground, cancelled=cancelled)
+                               yield_to_foreground=yield_to_foreground, cancelled=cancelled,
+                               leaving=leaving)
     except RunnerCrashed as crash:
         return _after_crash(job, db=db, cause=str(crash), worker_id=worker_id,
                             max_attempts=max_attempts, on_finished=on_finished,
                             on_requeued=on_requeued)
     except RunnerUnavailable:
-        jobs.unclaim(db, job_id, worker_id=worker_id, attempt=job.decode_runs)
+        job_claims.unclaim(db, job_id, worker_id=worker_id, attempt=job.decode_runs)
         if on_requeued is not None:
             on_requeued(job_id)
         raise
 
 
-def _claim(db: Database, job_id: str, worker_id: str | None) -> jobs.JobRecord | None:
+def _claim(db: Database, job_id: str, worker_id: str | None,
+           leaving: threading.Event | None) -> jobs.JobRecord | None:
     """The claim, tried until the database answers (a PostgreSQL restart): a claim that
     committed before its reply was lost is found again as ours, never left running unheld."""
     tries = itertools.count()
-    return until_stored(lambda: jobs.claim_job(db, job_id, worker_id,
-                                               retrying=next(tries) > 0),
-                        f"claiming job {job_id}")
+    return until_stored(lambda: job_claims.claim_job(db, job_id, worker_id,
+                                                     retrying=next(tries) > 0),
+                        f"claiming job {job_id}", leaving)
 
 
 def _announce(on_finished: Callable[[str], None] | None, job_id: str) -> None:
@@ -178,8 +185,8 @@ def _announce(on_finished: Callable[[str], None] | None, job_id: str) -> None:
 def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: str | None,
                  max_attempts: int, on_finished: Callable[[str], None] | None,
                  on_requeued: Callable[[str], None] | None) -> str | None:
-    status = jobs.release_crashed(db, job.id, max_attempts=max_attempts, worker_id=worker_id,
-                                  cause=cause, attempt=job.decode_runs)
+    status = recovery.release_crashed(db, job.id, max_attempts=max_attempts, worker_id=worker_id,
+                                      cause=cause, attempt=job.decode_runs)
     log.error("job %s: %s; the job is %s (its decode crashed %d of at most %d times)", job.id,
               cause, status, job.crashes + 1, max_attempts)
     if status == jobs.QUEUED and on_requeued is not None:
@@ -191,61 +198,81 @@ def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: st
     return status
 
 
+def _row_guard(job: jobs.JobRecord, db: Database,
+               yield_to_foreground: Callable[[], None] | None,
+               cancelled: CancelledJobs | None) -> Callable[[], None]:
+    """What the decode asks before each row: foreground work first (a background job), then
+    whether the job was cancelled or superseded; the database is read at most every
+    CANCEL_CHECK_SECONDS."""
+    last_check = time.monotonic()
+
+    def before_row() -> None:
+        nonlocal last_check
+        if yield_to_foreground is not None and job.priority == "background":
+            yield_to_foreground()
+        if cancelled is not None and job.id in cancelled:
+            raise Cancelled
+        now = time.monotonic()
+        if now - last_check < CANCEL_CHECK_SECONDS:
+            return
+        last_check = now
+        try:
+            standing = job_claims.claim_standing(db, job)
+        except DATABASE_AWAY as error:  # asked again a second later
+            log.warning("job %s: cannot read its claim's standing (%s)", job.id,
+                        type(error).__name__)
+            return
+        if standing == job_claims.STOP_CANCELLED:
+            raise Cancelled
+        if standing == job_claims.STOP_SUPERSEDED:
+            raise Superseded
+
+    return before_row
+
+
+def _decode(job: jobs.JobRecord, db: Database, engine_for: Callable[[str], Decider],
+            before_row: Callable[[], None],
+            leaving: threading.Event | None) -> tuple[dict[str, Any], int]:
+    """The job's result and input tokens (a fit's figures, or a decision), counted in the
+    metrics; ``Leaving`` when the worker leaves while the database is away."""
+    if job.kind == jobs.FIT:
+        stored = until_stored(lambda: job_reads.full_request(db, job), f"reading job {job.id}",
+                              leaving)
+        if stored is None:
+            raise Leaving
+        result, tokens = run_fit(db, replace(job, request=stored), engine_for(job.model),
+                                 before_row)
+    else:
+        request = until_stored(lambda: decision_request(db, job), f"reading job {job.id}",
+                               leaving)
+        if request is None:
+            raise Leaving
+        request = readouts_for(db).attach(request, job.owner)
+        decision = engine_for(job.model).decide(request, before_row)
+        result, tokens = decision.to_wire(), decision.input_tokens
+        for question_type, count in decision.rows_by_type.items():
+            metrics.rows_total.labels(job.model, question_type).inc(count)
+        for answer in result["answers"].values():
+            if "x_taught" in answer:
+                metrics.taught_answers.labels(job.model, answer["type"]).inc()
+    metrics.input_tokens.labels(job.model).inc(tokens)
+    return result, tokens
+
+
 def _decode_claimed(job: jobs.JobRecord, *, db: Database,
                     engine_for: Callable[[str], Decider],
                     on_finished: Callable[[str], None] | None,
                     yield_to_foreground: Callable[[], None] | None,
-                    cancelled: CancelledJobs | None) -> str | None:
-    job_id = job.id
+                    cancelled: CancelledJobs | None,
+                    leaving: threading.Event | None) -> str | None:
     started = time.perf_counter()
-    status, result, error, tokens = jobs.FAILED, None, None, None
-
-    last_check = [time.monotonic()]
-
-    def before_row() -> None:
-        """Asked before each row; the database is read at most every CANCEL_CHECK_SECONDS."""
-        if yield_to_foreground is not None and job.priority == "background":
-            yield_to_foreground()
-        if cancelled is not None and job_id in cancelled:
-            raise Cancelled
-        now = time.monotonic()
-        if now - last_check[0] < CANCEL_CHECK_SECONDS:
-            return
-        last_check[0] = now
-        try:
-            standing = jobs.claim_standing(db, job)
-        except DATABASE_AWAY as error:  # asked again a second later
-            log.warning("job %s: cannot read its claim's standing (%s)", job_id,
-                        type(error).__name__)
-            return
-        if standing == jobs.STOP_CANCELLED:
-            raise Cancelled
-        if standing == jobs.STOP_SUPERSEDED:
-            raise Superseded
-
+    before_row = _row_guard(job, db, yield_to_foreground, cancelled)
     metrics.queue_wait.labels(job.model, job.priority).observe(
         max(0.0, (job.started_at or job.created_at) - job.created_at))
+    result, error, tokens = None, None, None
     try:
-        if job.kind == jobs.FIT:
-            stored = until_stored(lambda: jobs.full_request(db, job), f"reading job {job_id}")
-            if stored is None:
-                raise Leaving
-            result, tokens = run_fit(db, replace(job, request=stored), engine_for(job.model),
-                                     before_row)
-            status = jobs.SUCCEEDED
-        else:
-            request = until_stored(lambda: decision_request(db, job), f"reading job {job_id}")
-            if request is None:
-                raise Leaving
-            request = readouts_for(db).attach(request, job.owner)
-            decision = engine_for(job.model).decide(request, before_row)
-            status, result, tokens = jobs.SUCCEEDED, decision.to_wire(), decision.input_tokens
-            for question_type, count in decision.rows_by_type.items():
-                metrics.rows_total.labels(job.model, question_type).inc(count)
-            for answer in result["answers"].values():
-                if "x_taught" in answer:
-                    metrics.taught_answers.labels(job.model, answer["type"]).inc()
-        metrics.input_tokens.labels(job.model).inc(tokens)
+        result, tokens = _decode(job, db, engine_for, before_row, leaving)
+        status = jobs.SUCCEEDED
     except Cancelled:
         status = jobs.CANCELLED
     except (RunnerCrashed, RunnerUnavailable):  # the job is released, not finished
@@ -254,26 +281,37 @@ def _decode_claimed(job: jobs.JobRecord, *, db: Database,
         return jobs.RUNNING
     except Superseded:  # another claim owns the job now; this decode stores nothing
         log.warning("job %s was re-queued while this worker looked dead (claim %d); "
-                    "it stops decoding", job_id, job.decode_runs)
+                    "it stops decoding", job.id, job.decode_runs)
         return None
     except DecideError as failure:  # the front door checked it; the model disagrees
+        status = jobs.FAILED
         error = {"error_type": "invalid_request_error", "message": str(failure)}
     except Exception as failure:  # a job always ends, whatever broke
-        log.exception("job %s failed", job_id)
+        log.exception("job %s failed", job.id)
+        status = jobs.FAILED
         error = {"error_type": "internal_error", "message": f"decoding failed: {failure}"}
-    decode_ms = (time.perf_counter() - started) * 1000
-    stored = until_stored(lambda: jobs.finish_job(db, job, status=status, result=result,
-                                                  error=error, decode_ms=decode_ms,
-                                                  input_tokens=tokens),
-                          f"finishing job {job_id}")
+    return _finish(job, db, status=status, result=result, error=error, tokens=tokens,
+                   decode_ms=(time.perf_counter() - started) * 1000, on_finished=on_finished,
+                   leaving=leaving)
+
+
+def _finish(job: jobs.JobRecord, db: Database, *, status: str, result: dict[str, Any] | None,
+            error: dict[str, Any] | None, tokens: int | None, decode_ms: float,
+            on_finished: Callable[[str], None] | None,
+            leaving: threading.Event | None) -> str | None:
+    """Store the job's end (tried until the database takes it), then count and announce it."""
+    stored = until_stored(lambda: job_claims.finish_job(db, job, status=status, result=result,
+                                                        error=error, decode_ms=decode_ms,
+                                                        input_tokens=tokens),
+                          f"finishing job {job.id}", leaving)
     if stored is None:  # the worker left first: re-queued once its heartbeats stop
         return jobs.RUNNING
     if not stored:  # fenced off (re-queued under another claim), or a try that landed
         log.warning("job %s: not finished by claim %d (already finished or claimed again)",
-                    job_id, job.decode_runs)
+                    job.id, job.decode_runs)
         return None
     metrics.decode_time.labels(job.model).observe(decode_ms / 1000)
     metrics.jobs_finished.labels(job.model, job.priority, status).inc()
     if job.batch_id is None:  # nobody waits on a batch item
-        _announce(on_finished, job_id)
+        _announce(on_finished, job.id)
     return status

@@ -13,62 +13,40 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from decide.cli.teaching import add_teach_parser, teach_command
+import httpx
+
+from decide.cli import remote
+from decide.cli.common import UsageError, add_service_args, show_progress
+from decide.cli.request import add_question_args, inline_questions, request_body
+from decide.cli.status_view import render_status
+from decide.cli.teaching import add_teach_parser
+from decide.client import Client
+from decide.client.errors import APIError
 from decide.core.errors import ConfigError, DecideError, InvalidRequest, RequestTooLarge
-from decide.core.protocol import BODY_TOO_LARGE, MAX_BODY_BYTES, PRIORITIES, parse_request
+from decide.core.protocol import PRIORITIES, parse_request
+from decide.quality.evaluate import evaluate, load_set, render
 
-
-class UsageError(Exception):
-    """A mistake in how ``decide`` was called."""
-
-
-class _InlineQuestion(argparse.Action):
-    """Collects --choice/--noul/--score in flag order into one list."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        inline = getattr(namespace, "inline", None) or []
-        inline.append((self.const, list(values) if isinstance(values, list) else [values]))
-        namespace.inline = inline
-
-
-def add_question_args(command: argparse.ArgumentParser, with_state: bool = True) -> None:
-    """STATE and the inline questions, shared by ``run``, ``submit`` and ``batch``."""
-    if with_state:
-        command.add_argument("state", nargs="?",
-                             help="the text to decide about (default: stdin)")
-        command.add_argument("--request", metavar="FILE|-", help="a System One request body")
-        command.add_argument("--state-json", action="store_true",
-                             help="read STATE (or stdin) as a JSON value rather than text")
-    command.add_argument("--model", help="a configured model name (default: the default)")
-    command.add_argument("--choice", nargs="+", action=_InlineQuestion, const="choice",
-                         metavar=("Q", "OPT"), help="a choice question and its options")
-    command.add_argument("--noul", nargs=1, action=_InlineQuestion, const="noul", metavar="Q",
-                         help="a yes/no question")
-    command.add_argument("--score", nargs="+", action=_InlineQuestion, const="score",
-                         metavar=("Q", "LVL"), help="a score question and its levels")
-    command.set_defaults(inline=[])
-
-
-def add_service_args(command: argparse.ArgumentParser, url_default: str | None) -> None:
-    command.add_argument("--url", default=url_default,
-                         help="a running service (default DECIDE_URL"
-                              + (" or http://127.0.0.1:8000)" if url_default else
-                                 "; none: answer in-process)"))
-    command.add_argument("--api-key", default=os.environ.get("DECIDE_API_KEY"),
-                         help="an API key (default DECIDE_API_KEY)")
-    command.add_argument("--timeout", type=float, default=600.0,
-                         help="seconds a call may take, retries included")
+Handler = Callable[[argparse.Namespace], int]
+"""A command's function: its parsed arguments in, the exit status out."""
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every command, each with its handler (``args.handler``)."""
     parser = argparse.ArgumentParser(prog="decide", description=(
         "Typed questions about text or JSON, answered with probabilities from one forward "
         "pass of a GGUF model."))
     commands = parser.add_subparsers(dest="command", required=True)
     parser.commands = commands.choices  # type: ignore[attr-defined]
-    service_url = os.environ.get("DECIDE_URL", "http://127.0.0.1:8000")
+    _add_answering_commands(commands)
+    _add_quality_commands(commands)
+    _add_service_commands(commands)
+    _add_operating_commands(commands)
+    return parser
 
+
+def _add_answering_commands(commands: Any) -> None:
+    """``run``, and the commands that go through a running service."""
+    service_url = os.environ.get("DECIDE_URL", "http://127.0.0.1:8000")
     run = commands.add_parser("run", help="answer questions in-process, or through --url")
     add_question_args(run)
     add_service_args(run, os.environ.get("DECIDE_URL"))
@@ -77,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print the rendered rows and their token counts; decode nothing")
     run.add_argument("--verbose", action="store_true",
                      help="model, token counts and timings on standard error")
+    run.set_defaults(handler=run_command)
 
     submit = commands.add_parser("submit", help="submit a job to a running service")
     add_question_args(submit)
@@ -85,11 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
                         default="background")
     submit.add_argument("--metadata", help="a JSON object echoed back with the job")
     submit.add_argument("--idempotency-key", help="the same key and body return the same job")
+    submit.set_defaults(handler=submit_command)
 
     job = commands.add_parser("job", help="show a job of a running service")
     job.add_argument("job_id")
     job.add_argument("--wait", action="store_true", help="wait until the job has finished")
     add_service_args(job, service_url)
+    job.set_defaults(handler=remote.job)
 
     batch = commands.add_parser("batch", help="one question set over a JSONL file of states")
     batch.add_argument("items", metavar="FILE.jsonl",
@@ -101,11 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--no-wait", action="store_true",
                        help="print the batch at once instead of following its progress")
     add_service_args(batch, service_url)
+    batch.set_defaults(handler=batch_command)
 
     results = commands.add_parser("results", help="a batch's results as NDJSON")
     results.add_argument("batch_id")
     add_service_args(results, service_url)
+    results.set_defaults(handler=remote.results)
 
+
+def _add_quality_commands(commands: Any) -> None:
+    """``eval``, ``calibrate`` and ``teach``: labeled examples through a model."""
     evaluation = commands.add_parser("eval", help="the labeled evaluation set: accuracy, "
                                                   "Brier, ECE, reliability, position bias")
     evaluation.add_argument("--model", help="a configured model (default: the default)")
@@ -113,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--limit", type=int, help="only the first N items")
     evaluation.add_argument("--json", action="store_true", help="print the figures as JSON")
     add_service_args(evaluation, os.environ.get("DECIDE_URL"))
+    evaluation.set_defaults(handler=eval_command)
     calibrate = commands.add_parser(
         "calibrate", help="fit per-type temperatures on labeled examples into a model's profile")
     calibrate.add_argument("--examples", required=True,
@@ -121,8 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--model", help="a configured model (default: the default)")
     calibrate.add_argument("--dry-run", action="store_true",
                            help="print the fit and the tiers; leave the profile as it is")
-    add_teach_parser(commands, add_service_args, os.environ.get("DECIDE_URL"))
-    commands.add_parser("models", help="list the configured models")
+    calibrate.set_defaults(handler=_in_service("calibrate"))
+    add_teach_parser(commands, os.environ.get("DECIDE_URL"))
+
+
+def _add_service_commands(commands: Any) -> None:
+    """``models``, ``serve``, ``migrate`` and ``keys``: setting up and running the service."""
+    models = commands.add_parser("models", help="list the configured models")
+    models.set_defaults(handler=_in_service("models"))
     serve = commands.add_parser("serve", help="start the HTTP API (embedded: with a worker)")
     serve.add_argument("--host", help="address to listen on (default DECIDE_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default DECIDE_PORT, 8000)")
@@ -132,41 +125,62 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=1,
                        help="front-door processes (distributed setup only; metrics are merged "
                             "through PROMETHEUS_MULTIPROC_DIR)")
-    commands.add_parser("migrate", help="apply the database migrations")
+    serve.set_defaults(handler=_in_service("serve"))
+    migrate = commands.add_parser("migrate", help="apply the database migrations")
+    migrate.set_defaults(handler=_in_service("migrate"))
     keys = commands.add_parser("keys", help="API keys in a file (DECIDE_API_KEYS_FILE)")
     keys.add_argument("action", choices=["ensure"],
                       help="ensure: write one fresh key to FILE unless it holds keys, and "
                            "print it once")
     keys.add_argument("file", type=Path, help="the keys file")
+    keys.set_defaults(handler=_in_service("keys"))
+
+
+def _add_operating_commands(commands: Any) -> None:
+    """``check``, ``status`` and ``worker``: a host's decoding, a service's state, a worker."""
     check = commands.add_parser("check", help="decode the self-check probe in a runner "
                                 "process, as a worker does before it serves, and report")
     check.add_argument("--model", help="a configured model (default: the default model)")
     check.add_argument("--json", action="store_true", help="print what was found as JSON")
+    check.set_defaults(handler=_in_service("check"))
     status = commands.add_parser("status", help="lanes, depths, ages, throughput and workers")
-    add_service_args(status, service_url)
+    add_service_args(status, os.environ.get("DECIDE_URL", "http://127.0.0.1:8000"))
     status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(handler=status_command)
     worker = commands.add_parser("worker", help="a Celery worker holding one model")
     worker.add_argument("--model", help="the configured model it serves (default: the default)")
     worker.add_argument("--metrics-port", type=int,
                         help="serve Prometheus metrics on this port (default "
                              "DECIDE_WORKER_METRICS_PORT, 9101; 0: none)")
-    return parser
+    worker.set_defaults(handler=_in_service("worker"))
+
+
+def _in_service(command: str) -> Handler:
+    """The handler of a command of ``decide.cli.service`` (``SERVER_COMMANDS``), imported only
+    when the command runs: it needs ``decide[server]``, and may load llama_cpp, which must
+    wait until ``main`` has chosen the build."""
+
+    def handler(args: argparse.Namespace) -> int:
+        from decide.cli.service import SERVER_COMMANDS
+
+        return SERVER_COMMANDS[command](args)
+
+    return handler
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from decide.client.errors import APIError
-
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # told by the command's own usage, not the top-level one
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         if _decodes_in_process(args):
+            # the server extra's: the base install reaches this only for a command that needs it
             from decide.config.settings import Settings
-            from decide.worker.in_process import use_runner_build
+            from decide.runner.in_process import use_runner_build
 
             use_runner_build(Settings())
-        return _handler(args.command)(args)
+        return args.handler(args)
     except ModuleNotFoundError as error:
         if (error.name or "decide").split(".")[0] == "decide":
             raise
@@ -186,19 +200,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1
 
 
-def _handler(command: str) -> Callable[[argparse.Namespace], int]:
-    """The base install's commands are here; the others are in ``decide.cli.service``,
-    imported only when one of them runs (they need ``decide[server]``)."""
-    here = {"run": run_command, "submit": submit_command, "job": job_command,
-            "batch": batch_command, "results": results_command, "status": status_command,
-            "eval": eval_command, "teach": teach_command}
-    if command in here:
-        return here[command]
-    from decide.cli import service
-
-    return getattr(service, f"{command}_command")
-
-
 def _decodes_in_process(args: argparse.Namespace) -> bool:
     """Commands that load a model here: they decode with the build the runners use."""
     if args.command == "run":
@@ -214,141 +215,32 @@ def describe(error: Exception) -> str:
     return str(error)
 
 
-def request_body(args: argparse.Namespace, stdin: Any = None) -> dict[str, Any]:
-    """The System One body that ``decide run``'s arguments describe."""
-    stdin = stdin or sys.stdin
-    if args.request is not None:
-        if args.state is not None or args.inline:
-            raise UsageError("--request carries the state and the questions; "
-                             "pass neither STATE nor --choice/--noul/--score with it")
-        body = _read_request(args.request, stdin)
-    else:
-        if not args.inline:
-            raise UsageError("nothing to ask: give --choice, --noul or --score, or --request")
-        body = {"state": _state(args, stdin), "questions": _inline_questions(args.inline)}
-    if args.model is not None:
-        body["model"] = args.model
-    return body
-
-
-def _read_request(source: str, stdin: Any) -> dict[str, Any]:
-    try:
-        if source == "-":
-            data = stdin.buffer.read(MAX_BODY_BYTES + 1) if hasattr(stdin, "buffer") else (
-                stdin.read(MAX_BODY_BYTES + 1).encode())
-        else:
-            with open(source, "rb") as handle:
-                data = handle.read(MAX_BODY_BYTES + 1)
-    except OSError as error:
-        raise UsageError(f"--request: cannot read {source}: {error.strerror}") from error
-    if len(data) > MAX_BODY_BYTES:
-        raise RequestTooLarge(BODY_TOO_LARGE)
-    try:
-        return json.loads(data)
-    except ValueError as error:
-        raise UsageError(f"--request: not valid JSON: {error}") from error
-
-
-def _state(args: argparse.Namespace, stdin: Any) -> Any:
-    if args.state is not None:
-        text = args.state
-    else:
-        swallowed = _state_like_option(args.inline)
-        hint = "" if swallowed is None else (
-            f"; the last value of {swallowed[0]}, {swallowed[1][:40]!r}, reads like a state: "
-            "put STATE before the questions (their values run to the next flag, or to --)")
-        if stdin.isatty():
-            raise UsageError(f"no state: pass STATE or pipe it on standard input{hint}")
-        text = stdin.read()
-        text = text[:-1] if text.endswith("\n") else text
-        if swallowed is not None:
-            if not text.strip():
-                raise UsageError(f"no state on standard input{hint}")
-            print(f"decide: warning: the state came from standard input{hint}",
-                  file=sys.stderr)
-    if not args.state_json:
-        return text
-    try:
-        return json.loads(text)
-    except ValueError as error:
-        raise UsageError(f"--state-json: the state is not valid JSON: {error}") from error
-
-
-STATE_LIKE_WORDS = 8
-"""An option or level of this many words or more (or with a line break) reads like a state."""
-
-
-def _state_like_option(inline: list[tuple[str, list[str]]]) -> tuple[str, str] | None:
-    """(flag, value) when no STATE was given and the last value of the last --choice or
-    --score reads like one: argparse gives every word after ``--choice Q`` to its options,
-    so ``decide run --choice Q a b "My ticket..."`` swallows the state silently."""
-    if not inline or inline[-1][0] == "noul" or len(inline[-1][1]) < 2:
-        return None
-    kind, values = inline[-1]
-    last = values[-1]
-    if "\n" in last or len(last.split()) >= STATE_LIKE_WORDS:
-        return f"--{kind}", last
-    return None
-
-
-def _inline_questions(inline: list[tuple[str, list[str]]]) -> dict[str, Any]:
-    questions = {}
-    for number, (kind, values) in enumerate(inline, start=1):
-        question: dict[str, Any] = {"type": kind, "instructions": values[0]}
-        if kind != "noul":
-            question["criteria"] = values[1:]
-        questions[f"q{number}"] = question
-    return questions
-
-
 def run_command(args: argparse.Namespace) -> int:
     if args.url:
         if args.rows:
             raise UsageError("--rows needs the model's vocabulary: run it without --url")
-        from decide.cli.remote import remote_run
-
-        return remote_run(args, request_body(args))
-    from decide.cli.service import run_in_process
+        return remote.remote_run(args, request_body(args))
+    from decide.cli.service import run_in_process  # the server extra's; loads llama_cpp
 
     return run_in_process(args, parse_request(request_body(args)))
 
 
 def submit_command(args: argparse.Namespace) -> int:
-    from decide.cli.remote import submit
-
-    return submit(args, request_body(args))
-
-
-def job_command(args: argparse.Namespace) -> int:
-    from decide.cli.remote import job
-
-    return job(args)
+    return remote.submit(args, request_body(args))
 
 
 def batch_command(args: argparse.Namespace) -> int:
-    from decide.cli.remote import batch
-
     if args.questions:
         with open(args.questions, encoding="utf-8") as handle:
             questions = json.load(handle)
     elif args.inline:
-        questions = _inline_questions(args.inline)
+        questions = inline_questions(args.inline)
     else:
         raise UsageError("no questions: give --choice, --noul, --score or --questions FILE")
-    return batch(args, questions)
-
-
-def results_command(args: argparse.Namespace) -> int:
-    from decide.cli.remote import results
-
-    return results(args)
+    return remote.batch(args, questions)
 
 
 def status_command(args: argparse.Namespace) -> int:
-    import httpx
-
-    from decide.cli.status_view import render_status
-
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     try:
         response = httpx.get(f"{args.url.rstrip('/')}/v1/status", headers=headers, timeout=10)
@@ -363,15 +255,9 @@ def status_command(args: argparse.Namespace) -> int:
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from decide.quality.evaluate import evaluate, load_set, render
-
     items = load_set(Path(args.set) if args.set else None)[:args.limit]
     progress = show_progress
     if args.url:
-        from decide.client import Client
-
         with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
             def ask(state: Any, question: dict[str, Any]) -> dict[str, Any]:
                 return client.decide(state, {"q": question}, model=args.model).raw[
@@ -380,14 +266,10 @@ def eval_command(args: argparse.Namespace) -> int:
             report = evaluate(items, ask, progress)
         model = args.model or "the service's default"
     else:
-        from decide.cli.service import evaluate_in_process
+        from decide.cli.service import evaluate_in_process  # the server extra's; llama_cpp
 
         report, model = evaluate_in_process(items, args.model, progress)
     summary = report.summary()
     print(json.dumps(summary, indent=2) if args.json else render(summary, model), end=""
           if not args.json else "\n")
     return 0
-
-
-def show_progress(done: int, total: int) -> None:
-    print(f"\r{done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)

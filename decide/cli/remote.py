@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from decide.client import Client
 from decide.core.display import render_decision
 from decide.core.protocol import parse_request
 from decide.core.readout import answer_from_wire
@@ -17,9 +18,7 @@ from decide.core.readout import answer_from_wire
 PROGRESS_WIDTH = 30
 
 
-def client_for(args: argparse.Namespace) -> Any:
-    from decide.client import Client
-
+def client_for(args: argparse.Namespace) -> Client:
     return Client(args.url, api_key=args.api_key, timeout=args.timeout)
 
 

@@ -1,38 +1,54 @@
 """The commands that load a model or run the service: ``run`` in-process, ``eval`` and
 ``calibrate`` on a local model, ``models``, ``keys``, ``serve``, ``migrate``, ``check`` and
 ``worker``. They need ``decide[server]``; ``decide.cli.main`` imports this module only when one
-of them runs, and names the extra when a package of it is missing."""
+of them runs (``SERVER_COMMANDS``), and names the extra when a package of it is missing."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from decide.cli.main import UsageError, show_progress
+from decide.cli.common import UsageError, show_progress
+from decide.cli.exposure import open_beyond_loopback, open_warning, refusal
+from decide.config.keys_file import ensure_keys
+from decide.config.settings import Settings
 from decide.core.display import render_decision
 from decide.core.errors import ConfigError
 from decide.core.protocol import DecisionRequest, parse_request
+from decide.llm.catalog import ModelConfig, base_profile, load_catalog, profile_path
+from decide.migrations.apply import upgrade
+from decide.quality.calibrate import fit_temperatures, read_examples, report, with_temperature
+from decide.quality.evaluate import evaluate, load_set
+from decide.runner.check import format_check, run_check
+from decide.worker.teaching import fit_examples, stored_question
+
+
+def _load_engine(config: ModelConfig, settings: Settings, *, decoding: bool = True) -> Any:
+    """A model loaded here: its weights (``decoding``) or its vocabulary only."""
+    # llama_cpp loads with these modules: imported only now, once main has chosen its build
+    from decide.llm.decoding import load_decoding_engine
+    from decide.llm.engines import load_planner
+
+    return (load_decoding_engine if decoding else load_planner)(config, settings)
 
 
 def run_in_process(args: argparse.Namespace, request: DecisionRequest) -> int:
     """``decide run`` without ``--url``: the model loaded here (``--rows``: its vocabulary)."""
-    from decide.config.settings import Settings
-    from decide.llm.catalog import load_catalog
-    from decide.llm.engines import load_planner
-    from decide.worker.loading import load_decoding_engine
-
     settings = Settings()
     try:
         config = load_catalog(settings).get(request.model)
     except ConfigError as error:
         raise UsageError(str(error)) from error
     started = time.perf_counter()
-    loaded = (load_planner if args.rows else load_decoding_engine)(config, settings)
+    loaded = _load_engine(config, settings, decoding=not args.rows)
     load_ms = (time.perf_counter() - started) * 1000
     try:
         if args.rows:
@@ -74,14 +90,9 @@ def render_rows(engine: Any, request: DecisionRequest) -> str:
 def evaluate_in_process(items: list[Any], model: str | None,
                         progress: Callable[[int, int], None]) -> tuple[Any, str]:
     """``decide eval`` without ``--url``: the labeled set through a model loaded here."""
-    from decide.config.settings import Settings
-    from decide.llm.catalog import load_catalog
-    from decide.quality.evaluate import evaluate
-    from decide.worker.loading import load_decoding_engine
-
     settings = Settings()
     config = load_catalog(settings).get(model)
-    loaded = load_decoding_engine(config, settings)
+    loaded = _load_engine(config, settings)
     try:
         def ask(state: Any, question: dict[str, Any]) -> dict[str, Any]:
             request = parse_request({"state": state, "questions": {"q": question}})
@@ -94,9 +105,6 @@ def evaluate_in_process(items: list[Any], model: str | None,
 
 
 def models_command(_: argparse.Namespace | None = None) -> int:
-    from decide.config.settings import Settings
-    from decide.llm.catalog import load_catalog
-
     catalog = load_catalog(Settings())
     for name, config in catalog.models.items():
         marker = "*" if name == catalog.default else " "
@@ -106,8 +114,6 @@ def models_command(_: argparse.Namespace | None = None) -> int:
 
 
 def keys_command(args: argparse.Namespace) -> int:
-    from decide.config.keys_file import ensure_keys
-
     key = ensure_keys(args.file)
     if key is None:
         print(f"{args.file} already holds API keys (they are not shown again)")
@@ -118,13 +124,10 @@ def keys_command(args: argparse.Namespace) -> int:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    import tempfile
-
-    from decide.config.settings import Settings
-
     settings = Settings()
     host, port = args.host or settings.host, args.port or settings.port
     check_exposure(host, settings.key_list, insecure=args.insecure_no_keys)
+    # the web server and the front door are serve's alone: no other command's process loads them
     import uvicorn
 
     if args.workers > 1:
@@ -145,10 +148,6 @@ def serve_command(args: argparse.Namespace) -> int:
 def check_exposure(host: str, keys: list[str], *, insecure: bool) -> None:
     """Refuse to serve an open API past loopback unless ``--insecure-no-keys``, then warn
     (checked before anything is loaded, so the refusal comes at once)."""
-    import logging
-
-    from decide.cli.exposure import open_beyond_loopback, open_warning, refusal
-
     if not open_beyond_loopback(host, keys):
         return
     if not insecure:
@@ -158,11 +157,6 @@ def check_exposure(host: str, keys: list[str], *, insecure: bool) -> None:
 
 def check_command(args: argparse.Namespace) -> int:
     """Exit 0 when the probe decoded right; 1 with the cause and the remedy otherwise."""
-    import logging
-
-    from decide.config.settings import Settings
-    from decide.worker.check import format_check, run_check
-
     logging.getLogger("decide.worker").setLevel(logging.CRITICAL)  # the report says it once
     passed, info, problem = run_check(Settings(), args.model)
     if args.json:
@@ -174,9 +168,6 @@ def check_command(args: argparse.Namespace) -> int:
 
 
 def migrate_command(_: argparse.Namespace | None = None) -> int:
-    from decide.config.settings import Settings
-    from decide.store.migrate import upgrade
-
     url = Settings().resolved_database_url
     applied = upgrade(url)
     where = url.split("@")[-1]
@@ -189,31 +180,21 @@ def migrate_command(_: argparse.Namespace | None = None) -> int:
 
 
 def worker_command(args: argparse.Namespace) -> int:
-    import logging
-
-    from decide.config.settings import Settings
-    from decide.launch.celery_worker import run_worker
+    # Celery and the worker's composition root are this command's alone
+    from decide.launch.celery_worker import CeleryWorker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = Settings()
     port = settings.worker_metrics_port if args.metrics_port is None else args.metrics_port
-    run_worker(settings, args.model, port or None)
+    CeleryWorker(settings, args.model, metrics_port=port or None).run()
     return 0
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from decide.config.settings import Settings
-    from decide.llm.catalog import base_profile, load_catalog, profile_path
-    from decide.quality.calibrate import fit_temperatures, read_examples, report, with_temperature
-    from decide.quality.evaluate import load_set
-    from decide.worker.loading import load_decoding_engine
-
     items = load_set(Path(args.examples))
     settings = Settings()
     config = load_catalog(settings).get(args.model)
-    loaded = load_decoding_engine(config, settings)
+    loaded = _load_engine(config, settings)
     try:
         examples = read_examples(items, loaded.engine.read, show_progress)
     finally:
@@ -237,19 +218,21 @@ def calibrate_command(args: argparse.Namespace) -> int:
 def teach_in_process(question: dict[str, Any], examples: list[dict[str, Any]],
                      model: str | None) -> dict[str, Any]:
     """``decide teach`` without ``--url``: fit on a model loaded here; the figures only."""
-    from decide.config.settings import Settings
-    from decide.llm.catalog import load_catalog
-    from decide.worker.loading import load_decoding_engine
-    from decide.worker.teaching import fit_examples, stored_question
-
     settings = Settings()
     loaded = _loaded_engines.get(model)
     if loaded is None:
-        loaded = _loaded_engines[model] = load_decoding_engine(
-            load_catalog(settings).get(model), settings)
+        loaded = _loaded_engines[model] = _load_engine(load_catalog(settings).get(model),
+                                                       settings)
     _, figures, _ = fit_examples("tq_local", stored_question(question), examples, loaded.engine)
     return figures
 
 
 _loaded_engines: dict[str | None, Any] = {}
 """Models ``teach_in_process`` loaded, kept for the command's other questions."""
+
+SERVER_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "calibrate": calibrate_command, "models": models_command, "serve": serve_command,
+    "migrate": migrate_command, "keys": keys_command, "check": check_command,
+    "worker": worker_command,
+}
+"""The commands of this module by name, for ``decide.cli.main``'s parser (``_in_service``)."""

@@ -8,6 +8,8 @@ import argparse
 import json
 from typing import Any
 
+from decide.cli.common import add_service_args
+from decide.client import Client
 from decide.core.questions import Collector, parse_question
 from decide.core.taught import match_key
 
@@ -87,8 +89,6 @@ def teach_command(args: argparse.Namespace) -> int:
     groups = read_examples(args.file)
     failed = 0
     if args.url:
-        from decide.client import Client
-
         with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
             for question, examples in groups:
                 taught = client.teach(question, first_per_answer(examples, args.per_question),
@@ -97,7 +97,7 @@ def teach_command(args: argparse.Namespace) -> int:
                 print(render_fit(question, taught.status, taught.fit, taught.error,
                                  taught.id), flush=True)
         return 1 if failed else 0
-    from decide.cli.service import teach_in_process
+    from decide.cli.service import teach_in_process  # the server extra's; loads llama_cpp
 
     for question, examples in groups:
         fit = teach_in_process(question, first_per_answer(examples, args.per_question),
@@ -106,7 +106,7 @@ def teach_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_teach_parser(commands: Any, service_args: Any, service_url: str | None) -> None:
+def add_teach_parser(commands: Any, service_url: str | None) -> None:
     teach = commands.add_parser(
         "teach", help="teach questions from labelled examples (JSONL: state, question, answer)")
     teach.add_argument("file", help="JSONL: one {state, question, answer} a line "
@@ -116,4 +116,5 @@ def add_teach_parser(commands: Any, service_args: Any, service_url: str | None) 
                        help="only the first N examples of each question, answers in turn")
     teach.add_argument("--wait", type=float, default=600.0,
                        help="seconds to wait for each fit through --url (default 600)")
-    service_args(teach, service_url)
+    add_service_args(teach, service_url)
+    teach.set_defaults(handler=teach_command)

@@ -32,7 +32,7 @@ def test_a_state_swallowed_by_choice_options_is_refused_naming_it(monkeypatch, c
 
 
 def test_short_options_are_options(monkeypatch):
-    from decide.cli.main import _state_like_option
+    from decide.cli.request import _state_like_option
 
     assert _state_like_option([("choice", ["Which?", "billing", "a technical fault"])]) is None
     assert _state_like_option([("noul", ["Is it late and are we sorry about it, or not?"])]
