@@ -10,6 +10,8 @@ from decide.config.settings import Settings
 
 def make_app() -> FastAPI:
     settings = Settings()
+    # each setup imports its own parts only: the embedded one never loads Celery, nor the
+    # distributed one the in-process worker
     if settings.embedded:
         from decide.launch.embedded import build_embedded
 
