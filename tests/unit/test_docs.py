@@ -44,3 +44,49 @@ def test_every_setting_and_environment_variable_is_in_the_readme():
         names |= set(re.findall(r"DECIDE_[A-Z_]*[A-Z]", source.read_text()))
     missing = {name for name in names if f"`{name}`" not in README}
     assert not missing, sorted(missing)
+
+
+def layout_entries(readme: str) -> dict[str, str]:
+    """The module list of README's "Layout": each folder's entry, its continuation lines
+    joined (``folder/   text`` then lines indented under the text)."""
+    section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    listing = section.split("```")[3]
+    entries: dict[str, str] = {}
+    folder = None
+    for line in listing.splitlines():
+        match = re.match(r"(\S+/)\s+(.*)", line)
+        if match:
+            folder = match.group(1).rstrip("/")
+            entries[folder] = match.group(2)
+        elif folder is not None:
+            entries[folder] += " " + line.strip()
+    return entries
+
+
+def unlisted_modules(readme: str) -> list[str]:
+    """``folder/module`` for each installed module its folder's Layout entry does not name
+    (an ``__init__`` that only marks a package, and the migration scripts, aside)."""
+    entries = layout_entries(readme)
+    missing = []
+    for folder in PACKAGE_FOLDERS:
+        entry = entries.get(folder, "")
+        for path in sorted((ROOT / folder).glob("*.py")):
+            if path.stem != "__init__" and not re.search(rf"\b{path.stem}\b", entry):
+                missing.append(f"{folder}/{path.stem}")
+    return missing
+
+
+PACKAGE_FOLDERS = ("decide/core", "decide/client", "decide/cli", "config", "llm", "teach",
+                   "transport", "metrics", "store", "api", "api/routes", "worker", "runner",
+                   "launch", "quality", "migrations")
+
+
+def test_the_readme_layout_names_every_module():
+    assert unlisted_modules(README) == []
+
+
+def test_a_module_missing_from_the_layout_is_named():
+    layout = README.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    assert "submission" in layout
+    without = README.replace(layout, layout.replace("submission", "s-u-b"))
+    assert unlisted_modules(without) == ["store/submission"]
