@@ -49,6 +49,8 @@ class EmbeddedWorker:
         self._retention = Retention(db, settings.retention_days)
         self._foreground_first = ForegroundFirst(self._queue.take_foreground,
                                                  self._run_foreground)
+        self._idle = threading.Condition()
+        self._in_hand = 0  # jobs put in line and not yet run, skipped or given up
 
     @property
     def runner(self) -> Runner:
@@ -70,12 +72,30 @@ class EmbeddedWorker:
         self._thread.start()
 
     def send(self, job_id: str, model: str, priority: str, owner: str = "") -> None:
-        self._queue.put(job_id, priority, owner)
+        self._put(job_id, priority, owner)
 
     def batch_stored(self, job_ids: list[str], model: str, priority: str,
                      owner: str = "") -> None:
         for job_id in job_ids:
-            self._queue.put(job_id, priority, owner)
+            self._put(job_id, priority, owner)
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until no job is in line or running: each one sent so far was run or skipped
+        (not ours to run); True then, False when ``timeout`` seconds passed first. A job put
+        back in line (its runner died, its claim was refused) keeps the worker from being
+        drained until it has run."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._in_hand == 0, timeout)
+
+    def _put(self, job_id: str, priority: str, owner: str) -> None:
+        self._count_in_hand(+1)  # before it is in line: never drained while one waits
+        self._queue.put(job_id, priority, owner)
+
+    def _count_in_hand(self, change: int) -> None:
+        with self._idle:
+            self._in_hand += change
+            if self._in_hand == 0:
+                self._idle.notify_all()
 
     def cancel(self, job_id: str) -> None:
         self.cancelled.add(job_id)
@@ -116,6 +136,13 @@ class EmbeddedWorker:
                 self._run(*taken)
 
     def _run(self, priority: str, owner: str, job_id: str, nested: bool = False) -> None:
+        """Run a job taken from the line; it is out of hand once run (or put back)."""
+        try:
+            self._run_taken(priority, owner, job_id, nested)
+        finally:
+            self._count_in_hand(-1)
+
+    def _run_taken(self, priority: str, owner: str, job_id: str, nested: bool) -> None:
         try:
             run_job(job_id, db=self._db, engine_for=self._engine_for,
                     on_finished=self._events.publish, cancelled=self.cancelled,
@@ -131,7 +158,7 @@ class EmbeddedWorker:
             # a claim the database refused leaves the job queued: back in line, after a pause
             # (a job taken or finished meanwhile is skipped by its next claim)
             self._stopping.wait(RETRY_PAUSE_SECONDS)
-            self._queue.put(job_id, priority, owner)
+            self._put(job_id, priority, owner)
 
     def _apply_retention(self) -> None:
         try:

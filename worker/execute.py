@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 from decide import metrics
@@ -36,8 +36,22 @@ FINISH_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
 """Waits between tries of a finish the database refused (the last one repeats)."""
 
 
+@dataclass(frozen=True)
+class Pacing:
+    """How often a job asks the database: its cancel flag (``cancel_check`` seconds), and the
+    waits between tries of a write it refused (``finish_backoff``, the last one repeating).
+    Workers use the defaults; tests pass small values."""
+
+    cancel_check: float = CANCEL_CHECK_SECONDS
+    finish_backoff: tuple[float, ...] = FINISH_BACKOFF_SECONDS
+
+
+DEFAULT_PACING = Pacing()
+
+
 def until_stored(operation: Callable[[], T], what: str,
-                 leaving: threading.Event | None = None) -> T | None:
+                 leaving: threading.Event | None = None,
+                 backoff: tuple[float, ...] = FINISH_BACKOFF_SECONDS) -> T | None:
     """Run ``operation`` until the database takes it (a restart of PostgreSQL, a locked SQLite
     file), waiting longer after each refusal; None when the worker leaves first (``leaving``,
     set when the worker stops: the job, still ``running``, is re-queued by the delivery loop
@@ -48,7 +62,7 @@ def until_stored(operation: Callable[[], T], what: str,
         try:
             return operation()
         except DATABASE_AWAY as error:
-            wait = FINISH_BACKOFF_SECONDS[min(attempt, len(FINISH_BACKOFF_SECONDS) - 1)]
+            wait = backoff[min(attempt, len(backoff) - 1)]
             log.warning("%s failed (%s); trying again in %.1f s", what,
                         type(error).__name__, wait)
             if leaving is None:
@@ -58,6 +72,10 @@ def until_stored(operation: Callable[[], T], what: str,
                           "once this worker's heartbeats stop", what)
                 return None
     return None
+
+
+Writes = Callable[[Callable[[], Any], str], Any]
+"""``until_stored`` bound to a worker's leaving event and back-off: how a job writes."""
 
 
 def decision_request(db: Database, job: jobs.JobRecord) -> DecisionRequest:
@@ -133,7 +151,8 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
             cancelled: CancelledJobs | None = None,
             max_attempts: int = 3,
             on_requeued: Callable[[str], None] | None = None,
-            leaving: threading.Event | None = None) -> str | None:
+            leaving: threading.Event | None = None,
+            pacing: Pacing = DEFAULT_PACING) -> str | None:
     """Decode ``job_id`` once; returns its final status, ``queued`` when the runner died under
     it and it goes back to the queue, or None when it was not ours to run (already taken,
     finished or cancelled: a redelivery is never decoded twice).
@@ -143,14 +162,15 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
     whose runner died (``RunnerCrashed``) is queued again, through ``on_requeued``, until its
     decode has crashed ``max_attempts`` times; then it ends failed with ``worker_crashed``.
     ``leaving``: the worker's event, set when it stops (a write the database keeps refusing
-    then gives up; None: never)."""
-    job = _claim(db, job_id, worker_id, leaving)
+    then gives up; None: never). ``pacing``: how often it asks the database."""
+    write = functools.partial(until_stored, leaving=leaving, backoff=pacing.finish_backoff)
+    job = _claim(db, job_id, worker_id, write)
     if job is None:
         return None
     try:
+        before_row = _row_guard(job, db, yield_to_foreground, cancelled, pacing.cancel_check)
         return _decode_claimed(job, db=db, engine_for=engine_for, on_finished=on_finished,
-                               yield_to_foreground=yield_to_foreground, cancelled=cancelled,
-                               leaving=leaving)
+                               before_row=before_row, write=write)
     except RunnerCrashed as crash:
         return _after_crash(job, db=db, cause=str(crash), worker_id=worker_id,
                             max_attempts=max_attempts, on_finished=on_finished,
@@ -163,13 +183,12 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
 
 
 def _claim(db: Database, job_id: str, worker_id: str | None,
-           leaving: threading.Event | None) -> jobs.JobRecord | None:
+           write: Writes) -> jobs.JobRecord | None:
     """The claim, tried until the database answers (a PostgreSQL restart): a claim that
     committed before its reply was lost is found again as ours, never left running unheld."""
     tries = itertools.count()
-    return until_stored(lambda: job_claims.claim_job(db, job_id, worker_id,
-                                                     retrying=next(tries) > 0),
-                        f"claiming job {job_id}", leaving)
+    return write(lambda: job_claims.claim_job(db, job_id, worker_id, retrying=next(tries) > 0),
+                 f"claiming job {job_id}")
 
 
 def _announce(on_finished: Callable[[str], None] | None, job_id: str) -> None:
@@ -200,10 +219,10 @@ def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: st
 
 def _row_guard(job: jobs.JobRecord, db: Database,
                yield_to_foreground: Callable[[], None] | None,
-               cancelled: CancelledJobs | None) -> Callable[[], None]:
+               cancelled: CancelledJobs | None, cancel_check: float) -> Callable[[], None]:
     """What the decode asks before each row: foreground work first (a background job), then
     whether the job was cancelled or superseded; the database is read at most every
-    CANCEL_CHECK_SECONDS."""
+    ``cancel_check`` seconds."""
     last_check = time.monotonic()
 
     def before_row() -> None:
@@ -213,7 +232,7 @@ def _row_guard(job: jobs.JobRecord, db: Database,
         if cancelled is not None and job.id in cancelled:
             raise Cancelled
         now = time.monotonic()
-        if now - last_check < CANCEL_CHECK_SECONDS:
+        if now - last_check < cancel_check:
             return
         last_check = now
         try:
@@ -231,20 +250,17 @@ def _row_guard(job: jobs.JobRecord, db: Database,
 
 
 def _decode(job: jobs.JobRecord, db: Database, engine_for: Callable[[str], Decider],
-            before_row: Callable[[], None],
-            leaving: threading.Event | None) -> tuple[dict[str, Any], int]:
+            before_row: Callable[[], None], write: Writes) -> tuple[dict[str, Any], int]:
     """The job's result and input tokens (a fit's figures, or a decision), counted in the
     metrics; ``Leaving`` when the worker leaves while the database is away."""
     if job.kind == jobs.FIT:
-        stored = until_stored(lambda: job_reads.full_request(db, job), f"reading job {job.id}",
-                              leaving)
+        stored = write(lambda: job_reads.full_request(db, job), f"reading job {job.id}")
         if stored is None:
             raise Leaving
         result, tokens = run_fit(db, replace(job, request=stored), engine_for(job.model),
                                  before_row)
     else:
-        request = until_stored(lambda: decision_request(db, job), f"reading job {job.id}",
-                               leaving)
+        request = write(lambda: decision_request(db, job), f"reading job {job.id}")
         if request is None:
             raise Leaving
         request = readouts_for(db).attach(request, job.owner)
@@ -262,16 +278,13 @@ def _decode(job: jobs.JobRecord, db: Database, engine_for: Callable[[str], Decid
 def _decode_claimed(job: jobs.JobRecord, *, db: Database,
                     engine_for: Callable[[str], Decider],
                     on_finished: Callable[[str], None] | None,
-                    yield_to_foreground: Callable[[], None] | None,
-                    cancelled: CancelledJobs | None,
-                    leaving: threading.Event | None) -> str | None:
+                    before_row: Callable[[], None], write: Writes) -> str | None:
     started = time.perf_counter()
-    before_row = _row_guard(job, db, yield_to_foreground, cancelled)
     metrics.queue_wait.labels(job.model, job.priority).observe(
         max(0.0, (job.started_at or job.created_at) - job.created_at))
     result, error, tokens = None, None, None
     try:
-        result, tokens = _decode(job, db, engine_for, before_row, leaving)
+        result, tokens = _decode(job, db, engine_for, before_row, write)
         status = jobs.SUCCEEDED
     except Cancelled:
         status = jobs.CANCELLED
@@ -292,18 +305,17 @@ def _decode_claimed(job: jobs.JobRecord, *, db: Database,
         error = {"error_type": "internal_error", "message": f"decoding failed: {failure}"}
     return _finish(job, db, status=status, result=result, error=error, tokens=tokens,
                    decode_ms=(time.perf_counter() - started) * 1000, on_finished=on_finished,
-                   leaving=leaving)
+                   write=write)
 
 
 def _finish(job: jobs.JobRecord, db: Database, *, status: str, result: dict[str, Any] | None,
             error: dict[str, Any] | None, tokens: int | None, decode_ms: float,
-            on_finished: Callable[[str], None] | None,
-            leaving: threading.Event | None) -> str | None:
+            on_finished: Callable[[str], None] | None, write: Writes) -> str | None:
     """Store the job's end (tried until the database takes it), then count and announce it."""
-    stored = until_stored(lambda: job_claims.finish_job(db, job, status=status, result=result,
-                                                        error=error, decode_ms=decode_ms,
-                                                        input_tokens=tokens),
-                          f"finishing job {job.id}", leaving)
+    stored = write(lambda: job_claims.finish_job(db, job, status=status, result=result,
+                                                 error=error, decode_ms=decode_ms,
+                                                 input_tokens=tokens),
+                   f"finishing job {job.id}")
     if stored is None:  # the worker left first: re-queued once its heartbeats stop
         return jobs.RUNNING
     if not stored:  # fenced off (re-queued under another claim), or a try that landed

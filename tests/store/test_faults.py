@@ -25,7 +25,10 @@ from decide.store import (
 )
 from decide.store.workers import beat, live_counts, new_worker_id
 from decide.worker import execute
+from tests.support.waits import wait_until
 
+BRIEF_BACKOFF = execute.Pacing(finish_backoff=(0.01,))
+"""A refused write tried again after 0.01 s, not the worker's 0.2 s and more."""
 REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
 
 
@@ -63,9 +66,8 @@ def test_a_claim_learns_before_its_next_row_that_it_was_superseded(db):
     assert job_claims.claim_standing(db, current) == job_claims.STOP_CANCELLED
 
 
-def test_a_superseded_decode_stops_before_its_next_row_and_stores_nothing(db, monkeypatch):
+def test_a_superseded_decode_stops_before_its_next_row_and_stores_nothing(db):
     job_id = new(db)
-    monkeypatch.setattr(execute, "CANCEL_CHECK_SECONDS", 0.0)
     rows_read = []
 
     class Engine:
@@ -77,7 +79,7 @@ def test_a_superseded_decode_stops_before_its_next_row_and_stores_nothing(db, mo
             raise AssertionError("a superseded decode went on")
 
     assert execute.run_job(job_id, db=db, engine_for=lambda _: Engine(),
-                           worker_id="worker-a") is None
+                           worker_id="worker-a", pacing=execute.Pacing(cancel_check=0.0)) is None
     assert rows_read == [0]
     job = job_reads.get_job(db, job_id)
     assert (job.status, job.decode_runs, job.result) == (jobs.QUEUED, 1, None)
@@ -94,7 +96,6 @@ def test_a_claim_whose_reply_was_lost_is_found_again_as_ours(db):
 def test_a_claim_and_a_read_refused_by_the_database_are_tried_again(db, monkeypatch):
     """A PostgreSQL restart between the message and the claim, or between the claim and the
     read of the request: the job is decoded once it answers, never failed."""
-    monkeypatch.setattr(execute, "FINISH_BACKOFF_SECONDS", (0.01,))
     job_id = new(db)
     for module, name in ((job_claims, "claim_job"), (job_reads, "full_request")):
         real = getattr(module, name)
@@ -111,8 +112,8 @@ def test_a_claim_and_a_read_refused_by_the_database_are_tried_again(db, monkeypa
         def decide(self, request, before_row):
             return Decision(model="m", answers={}, input_tokens=3, rows_by_type={})
 
-    assert execute.run_job(job_id, db=db, engine_for=lambda _: Engine(),
-                           worker_id="worker-a") == jobs.SUCCEEDED
+    assert execute.run_job(job_id, db=db, engine_for=lambda _: Engine(), worker_id="worker-a",
+                           pacing=BRIEF_BACKOFF) == jobs.SUCCEEDED
     assert job_reads.get_job(db, job_id).decode_runs == 1
 
 
@@ -164,9 +165,8 @@ def test_a_finish_the_database_refuses_is_tried_again_until_it_lands(db, monkeyp
         return real_finish(*args, **kwargs)
 
     monkeypatch.setattr(job_claims, "_finish", refusing_twice)
-    monkeypatch.setattr(execute, "FINISH_BACKOFF_SECONDS", (0.01,))
     status = execute.run_job(job_id, db=db, engine_for=lambda model: AnsweringEngine(),
-                             worker_id="w")
+                             worker_id="w", pacing=BRIEF_BACKOFF)
     assert status == jobs.SUCCEEDED and len(refusals) == 2
     stored = job_reads.get_job(db, job_id)
     assert stored.status == jobs.SUCCEEDED and stored.input_tokens == 7
@@ -235,10 +235,8 @@ def test_the_embedded_worker_outlives_a_retention_error(tmp_path, monkeypatch):
                                        priority="foreground", request=REQUEST, metadata=None,
                                        rows=1, input_tokens=20)
         worker.send(job.id, catalog.default, "foreground")
-        deadline = time.monotonic() + 30
-        while job_reads.get_job(db, job.id).status != jobs.SUCCEEDED:
-            assert time.monotonic() < deadline, "the worker never ran the job"
-            time.sleep(0.05)
+        assert worker.drain(timeout=30), "the worker never ran the job"
+        assert job_reads.get_job(db, job.id).status == jobs.SUCCEEDED
         assert worker.ready() == (True, "decoding runner 0 ready")
     finally:
         worker.stop()
@@ -286,11 +284,8 @@ def test_a_refused_claim_of_a_foreground_job_between_rows_loses_neither_job(tmp_
         worker.send(job.id, catalog.default, priority)
         return job.id
 
-    def wait_for(job_id: str, status: str) -> None:
-        deadline = time.monotonic() + 30
-        while job_reads.get_job(db, job_id).status != status:
-            assert time.monotonic() < deadline, (job_id, job_reads.get_job(db, job_id).status)
-            time.sleep(0.02)
+    def status_of(job_id: str) -> str:
+        return job_reads.get_job(db, job_id).status
 
     real_claim = job_claims.claim_job
     refused = []
@@ -306,11 +301,14 @@ def test_a_refused_claim_of_a_foreground_job_between_rows_loses_neither_job(tmp_
     worker.start()
     try:
         background = submit("background", "background")
-        wait_for(background, jobs.RUNNING)
+        wait_until(lambda: status_of(background) == jobs.RUNNING,
+                   what=lambda: f"background job {status_of(background)}")
         foreground.append(submit("foreground", "foreground"))
+        assert worker.drain(timeout=0.05) is False  # the background job waits on ``go``
         runner.go.set()
-        wait_for(background, jobs.SUCCEEDED)
-        wait_for(foreground[0], jobs.SUCCEEDED)
+        assert worker.drain(timeout=30), "the worker never finished both jobs"
+        assert status_of(background) == jobs.SUCCEEDED
+        assert status_of(foreground[0]) == jobs.SUCCEEDED
         assert refused == foreground
     finally:
         worker.stop()
