@@ -56,10 +56,14 @@ it always finds out before it acts."""
 class Delivery:
     def __init__(self, *, db: Database, broker: Broker, models: list[str],
                  retention_days: float = 30.0, max_attempts: int = 3,
-                 worker_id: str | None = None) -> None:
+                 worker_id: str | None = None,
+                 leader_silence: float = LEADER_SILENCE_SECONDS) -> None:
         """``worker_id``: the worker this loop runs in, which the loop never takes for dead
-        (its heartbeats may fail, a frozen session holding its row, while it works on)."""
+        (its heartbeats may fail, a frozen session holding its row, while it works on).
+        ``leader_silence``: how long the lock's session may stay idle before PostgreSQL ends
+        it and another loop may lead."""
         self._db = db
+        self._leader_silence = leader_silence
         self._own_worker = () if worker_id is None else (worker_id,)
         self._max_attempts = max_attempts
         self._retention = Retention(db, retention_days)
@@ -72,6 +76,8 @@ class Delivery:
         self._last_repair = -float("inf")
         self._turns: dict[tuple[str, str], KeyTurns] = {}
         self._live_workers: dict[str, int] = {}
+        self._rounds = threading.Condition()
+        self._rounds_begun = self._rounds_done = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -79,13 +85,32 @@ class Delivery:
     def stop(self) -> None:
         self._stopping.set()
 
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the loop's thread to end after ``stop``; True when it has."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def wait_rounds(self, count: int = 1, timeout: float | None = None) -> bool:
+        """Wait until the loop has begun and ended ``count`` rounds since this call (a round:
+        one leadership check and, when leading, one tick, whether it failed or not); True when
+        it has, False when ``timeout`` seconds passed first. What the database and the broker
+        held when this was called, a round that ended since has seen."""
+        with self._rounds:
+            wanted = self._rounds_begun + count
+            return self._rounds.wait_for(lambda: self._rounds_done >= wanted, timeout)
+
     def _loop(self) -> None:
         while not self._stopping.is_set():
+            with self._rounds:
+                self._rounds_begun += 1
             try:
-                if self._leading():
+                if self.leads():
                     self.tick()
             except Exception as error:  # the loop outlives a broker or database outage
                 self._survive(error)
+            with self._rounds:
+                self._rounds_done += 1
+                self._rounds.notify_all()
             self._stopping.wait(TICK_SECONDS)
 
     def _survive(self, error: Exception) -> None:
@@ -95,14 +120,15 @@ class Delivery:
             log.warning("delivery tick gave up waiting for a lock held by another session")
             return
         log.exception("delivery tick failed")
-        self._drop_lock()
+        self.release()
         time.sleep(1.0)
 
-    def _leading(self) -> bool:
-        """With PostgreSQL, one delivery loop acts at a time (a session advisory lock).
+    def leads(self) -> bool:
+        """Whether this loop leads now: one leadership check, as the loop makes before each
+        tick. With PostgreSQL, one delivery loop acts at a time (a session advisory lock).
 
         The lock's session is touched before a tick (at most once a second), and PostgreSQL
-        ends it once it has been idle for LEADER_SILENCE_SECONDS: a leader that hangs, is
+        ends it once it has been idle for ``leader_silence`` seconds: a leader that hangs, is
         frozen (SIGSTOP) or cut off loses the lock within that time and another worker's loop
         takes over; a leader that comes back finds its session gone before it acts again."""
         if not self._lock.needed:
@@ -116,13 +142,14 @@ class Delivery:
                 return True
             except Exception as error:  # the session ended: the lock went with it
                 log.warning("delivery lost its lock's session (%s)", type(error).__name__)
-                self._drop_lock()
-        if not self._lock.try_take(LEADER_SILENCE_SECONDS):
+                self.release()
+        if not self._lock.try_take(self._leader_silence):
             return False
         self._lock_touched = time.monotonic()
         return True
 
-    def _drop_lock(self) -> None:
+    def release(self) -> None:
+        """Give up the leadership (the lock and its session): another loop may lead."""
         self._lock.drop()
 
     def tick(self) -> None:

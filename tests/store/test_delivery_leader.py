@@ -1,5 +1,5 @@
 """The delivery loop's leadership on a real PostgreSQL database: a leader that freezes loses its
-lock to another within LEADER_SILENCE_SECONDS, and finds out before it acts again."""
+lock to another within its leader silence, and finds out before it acts again."""
 
 from __future__ import annotations
 
@@ -7,26 +7,33 @@ import time
 
 from decide.migrations.apply import upgrade
 from decide.store.db import make_engine
-from decide.worker import delivery
 from decide.worker.delivery import Delivery
+from tests.support.waits import wait_until
+
+SILENCE = 1.0
+"""The leaders' silence, passed in: PostgreSQL ends a lock session idle this long."""
 
 
-def test_a_frozen_leader_loses_the_lock_and_knows_it_when_it_wakes(postgres_url, monkeypatch):
-    monkeypatch.setattr(delivery, "LEADER_SILENCE_SECONDS", 1.0)
+def test_a_frozen_leader_loses_the_lock_and_knows_it_when_it_wakes(postgres_url):
     upgrade(postgres_url)
     first_db, second_db = make_engine(postgres_url), make_engine(postgres_url)
-    first = Delivery(db=first_db, broker=None, models=["m"])
-    second = Delivery(db=second_db, broker=None, models=["m"])
+    first = Delivery(db=first_db, broker=None, models=["m"], leader_silence=SILENCE)
+    second = Delivery(db=second_db, broker=None, models=["m"], leader_silence=SILENCE)
     try:
-        assert first._leading() is True
-        assert second._leading() is False
-        assert first._leading() is True  # an active leader keeps its session alive
-        time.sleep(2.5)  # the first leader is frozen: it touches nothing
-        assert second._leading() is True
-        assert first._leading() is False  # awake again: its session is gone, and the lock
-        assert second._leading() is True
+        taken_at = time.monotonic()  # the lock's session is never idle before this
+        assert first.leads() is True
+        assert second.leads() is False
+        assert first.leads() is True  # an active leader keeps its session alive
+        # the first leader is frozen from now: it touches nothing
+        # the silence itself can't be skipped (PostgreSQL ends the idle session), but the wait
+        # is for the second to lead, not a guessed time
+        wait_until(second.leads, timeout=SILENCE + 30, poll=0.1,
+                   what="the second loop never took the lock of the frozen leader")
+        assert time.monotonic() - taken_at >= SILENCE  # not before the leader fell silent
+        assert first.leads() is False  # awake again: its session is gone, and the lock
+        assert second.leads() is True
     finally:
-        first._drop_lock()
-        second._drop_lock()
+        first.release()
+        second.release()
         first_db.dispose()
         second_db.dispose()

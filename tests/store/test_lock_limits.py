@@ -226,5 +226,5 @@ def test_delivery_goes_on_past_a_frozen_transaction_on_a_workers_row(migrated, o
     finally:
         delivery.stop()
         end_child(child)
-        delivery._thread.join(timeout=10)
-        delivery._drop_lock()
+        assert delivery.join(timeout=10), "the delivery loop did not stop"
+        delivery.release()
