@@ -54,17 +54,19 @@ def host_flags() -> frozenset[str]:
     return frozenset()
 
 
-def candidates(flags: frozenset[str], choice: str = "auto") -> list[Variant]:
-    """Builds to try, fastest first; the installed one last. ``choice`` "baseline" (or an
-    operator's own ``LLAMA_CPP_LIB_PATH``) leaves only the installed one."""
+def candidates(flags: frozenset[str], choice: str = "auto",
+               faster: tuple[Variant, ...] = FASTER) -> list[Variant]:
+    """Builds to try, fastest first (of ``faster``, this installation's own); the installed one
+    last. ``choice`` "baseline" (or an operator's own ``LLAMA_CPP_LIB_PATH``) leaves only the
+    installed one."""
     installed = Variant(installed_baseline(), None)
     if LIBRARY_PATH_VARIABLE in os.environ:  # chosen already: by an operator, or in-process
         chosen = Path(os.environ[LIBRARY_PATH_VARIABLE])
-        known = {variant.library_path: variant for variant in FASTER}
+        known = {variant.library_path: variant for variant in faster}
         return [known.get(chosen, Variant(f"{LIBRARY_PATH_VARIABLE}={chosen}", chosen))]
     if choice == "baseline":
         return [installed]
-    usable = [variant for variant in FASTER
+    usable = [variant for variant in faster
               if variant.library_path is not None
               and (variant.library_path / "libllama.so").exists()
               and variant.needs <= flags]
@@ -84,12 +86,12 @@ PROOF_FILE = "llama-build.json"
 """Under the data directory: which build a runner proved on this host, for in-process use."""
 
 
-def host_key(flags: frozenset[str]) -> str:
+def host_key(flags: frozenset[str], faster: tuple[Variant, ...] = FASTER) -> str:
     """What a proof holds for: this installation's llama.cpp builds on this CPU."""
     import hashlib
 
     builds = []
-    for variant in FASTER:
+    for variant in faster:
         library = (variant.library_path or Path()) / "libggml-cpu.so"
         if library.exists():  # a rebuilt variant must prove itself again
             stat = library.stat()
@@ -98,24 +100,29 @@ def host_key(flags: frozenset[str]) -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
-def record_proof(data_dir: Path, variant: Variant) -> None:
-    """A runner passed its probe with ``variant``: in-process decoding uses the same build."""
+def record_proof(data_dir: Path, variant: Variant, *, flags: frozenset[str] | None = None,
+                 faster: tuple[Variant, ...] = FASTER) -> None:
+    """A runner passed its probe with ``variant``: in-process decoding uses the same build.
+    ``flags``: the host's CPU flags (``host_flags()`` when None)."""
     try:
+        host = host_key(host_flags() if flags is None else flags, faster)
         data_dir.mkdir(parents=True, exist_ok=True)
         temporary = data_dir / f".{PROOF_FILE}.{os.getpid()}"
-        temporary.write_text(json.dumps({"host": host_key(host_flags()),
-                                         "variant": variant.name}))
+        temporary.write_text(json.dumps({"host": host, "variant": variant.name}))
         temporary.replace(data_dir / PROOF_FILE)
     except OSError:  # an unwritable data directory costs only the in-process speed-up
         pass
 
 
-def proven_variant(data_dir: Path, choices: list[Variant]) -> Variant | None:
-    """The build a runner proved here, when it is among ``choices``; None when unproven."""
+def proven_variant(data_dir: Path, choices: list[Variant], *,
+                   flags: frozenset[str] | None = None,
+                   faster: tuple[Variant, ...] = FASTER) -> Variant | None:
+    """The build a runner proved here, when it is among ``choices``; None when unproven.
+    ``flags``: the host's CPU flags (``host_flags()`` when None)."""
     try:
         proof = json.loads((data_dir / PROOF_FILE).read_text())
     except (OSError, ValueError):
         return None
-    if proof.get("host") != host_key(host_flags()):
+    if proof.get("host") != host_key(host_flags() if flags is None else flags, faster):
         return None
     return next((variant for variant in choices if variant.name == proof.get("variant")), None)

@@ -23,44 +23,56 @@ FLAGS = frozenset({"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512
 
 @pytest.fixture
 def faster(tmp_path, monkeypatch):
+    """A faster build of this test's own, passed in as the installation's faster builds."""
     library = tmp_path / "x86-64-v4"
     library.mkdir()
     (library / "libllama.so").write_bytes(b"")
     variant = Variant("x86-64-v4", library, variants.X86_64_V4.needs)
-    monkeypatch.setattr(variants, "FASTER", (variant,))
     monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
     return variant
 
 
 def test_the_faster_build_is_tried_first_only_where_the_kernel_reports_its_extensions(faster):
-    assert candidates(FLAGS)[0] == faster
-    assert candidates(FLAGS)[-1].library_path is None  # the installed build, always last
+    builds = (faster,)
+    assert candidates(FLAGS, faster=builds)[0] == faster
+    # the installed build, always last
+    assert candidates(FLAGS, faster=builds)[-1].library_path is None
     without_vnni = FLAGS - {"avx512_vnni"}
-    assert [v.library_path for v in candidates(without_vnni)] == [None]
-    assert [v.library_path for v in candidates(FLAGS, "baseline")] == [None]
+    assert [v.library_path for v in candidates(without_vnni, faster=builds)] == [None]
+    assert [v.library_path for v in candidates(FLAGS, "baseline", faster=builds)] == [None]
 
 
 def test_a_missing_variant_library_is_no_candidate(faster):
     (faster.library_path / "libllama.so").unlink()
-    assert [v.library_path for v in candidates(FLAGS)] == [None]
+    assert [v.library_path for v in candidates(FLAGS, faster=(faster,))] == [None]
 
 
 def test_a_library_path_chosen_already_is_the_only_candidate(faster, monkeypatch, tmp_path):
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(faster.library_path))
-    assert candidates(FLAGS) == [faster]
+    assert candidates(FLAGS, faster=(faster,)) == [faster]
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(tmp_path / "mine"))
-    [own] = candidates(FLAGS)
+    [own] = candidates(FLAGS, faster=(faster,))
     assert own.library_path == tmp_path / "mine" and "LLAMA_CPP_LIB_PATH" in own.name
 
 
-def test_a_proof_holds_for_this_host_and_its_recorded_build_only(faster, tmp_path, monkeypatch):
-    choices = candidates(FLAGS)
-    assert proven_variant(tmp_path, choices) is None
-    record_proof(tmp_path, faster)
+def test_the_installations_faster_builds_are_the_default():
+    assert variants.FASTER == (variants.X86_64_V4,)
+    usable = candidates(FLAGS)[:-1]
+    assert all(variant in variants.FASTER for variant in usable)
+
+
+def test_a_proof_holds_for_this_host_and_its_recorded_build_only(faster, tmp_path):
+    builds = (faster,)
+    choices = candidates(FLAGS, faster=builds)
+    assert proven_variant(tmp_path, choices, flags=FLAGS, faster=builds) is None
+    record_proof(tmp_path, faster, flags=FLAGS, faster=builds)
+    assert proven_variant(tmp_path, choices, flags=FLAGS, faster=builds) == faster
+    # not among the choices
+    assert proven_variant(tmp_path, choices[-1:], flags=FLAGS, faster=builds) is None
+    # another CPU
+    assert proven_variant(tmp_path, choices, flags=frozenset({"avx2"}), faster=builds) is None
+    record_proof(tmp_path, faster)  # this host's own flags, read from the kernel
     assert proven_variant(tmp_path, choices) == faster
-    assert proven_variant(tmp_path, choices[-1:]) is None  # not among the choices
-    monkeypatch.setattr(variants, "host_flags", lambda: frozenset({"avx2"}))
-    assert proven_variant(tmp_path, choices) is None  # another CPU
 
 
 @pytest.mark.parametrize(("signal_number", "words"), [
