@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pickle
 import sys
-import time
 from pathlib import Path
 
 from decide.config.settings import Settings
 from decide.runner.client import Runner, runner_settings
 from decide.runner.variants import Variant
+from tests.support.waits import wait_until
 
 SECRETS = ("dk_api_secret", "dk_admin_secret", "pg-secret", "redis-secret", "secret_keys_file")
 
@@ -61,9 +61,7 @@ def test_a_started_runner_receives_no_secret_in_its_message_or_its_environment(t
                     builds=[Variant("installed", None)])
     runner.start()
     try:
-        deadline = time.monotonic() + 30
-        while not out.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(out.exists, 30, what="the runner never recorded what it received")
         message, environment = pickle.loads(out.read_bytes())
     finally:
         runner.stop()
