@@ -12,10 +12,15 @@ import redis
 
 from decide.transport.broker import Broker
 from tests.slow_work import distinct_nouls
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.model
 
 QUESTIONS = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
+
+
+def job_status(client, job_id: str) -> str:
+    return client.get(f"/v1/jobs/{job_id}").json()["status"]
 
 
 def submit_batch(client, count: int) -> str:
@@ -54,7 +59,12 @@ def test_a_batch_completes_and_a_redelivered_job_is_not_decoded_again(cluster):
         first = cluster.scalar("SELECT id FROM jobs WHERE batch_id = :b AND item_index = 0",
                                b=batch_id)
         Broker(cluster.redis_url).send(first, "gemma-3-270m", "background")  # a duplicate delivery
-        time.sleep(2)
+        # a background job sent after the duplicate: the one worker (solo pool, one message in
+        # hand) takes the lane's messages in order, so once this one has run, so has the other
+        after = client.post("/v1/jobs", json={"state": "after the duplicate",
+                                              "questions": QUESTIONS}).json()
+        wait_until(lambda: job_status(client, after["id"]) == "succeeded", 120,
+                   what="the job sent after the duplicate never ran")
         assert cluster.scalar("SELECT decode_runs FROM jobs WHERE id = :j", j=first) == 1
         sync = client.post("/v1/systemone", json={"state": "charged twice",
                                                   "questions": QUESTIONS})
@@ -151,10 +161,8 @@ def test_foreground_waits_for_a_row_not_a_whole_background_job(cluster):
     with cluster.client() as client:
         long_job = client.post("/v1/jobs", json={"state": "a long background job",
                                                  "questions": many}).json()
-        deadline = time.monotonic() + 60
-        while client.get(f"/v1/jobs/{long_job['id']}").json()["status"] != "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: job_status(client, long_job["id"]) == "running", 60,
+                   what="the long background job never ran")
         started = time.monotonic()
         sync = client.post("/v1/systemone", json={"state": "urgent", "questions": QUESTIONS})
         waited = time.monotonic() - started
@@ -177,10 +185,8 @@ def test_cancel_reaches_the_worker_running_the_job(cluster):
     with cluster.client() as client:
         job = client.post("/v1/jobs", json={"state": "to be cancelled", "questions": many,
                                             "priority": "foreground"}).json()
-        deadline = time.monotonic() + 60
-        while client.get(f"/v1/jobs/{job['id']}").json()["status"] != "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: job_status(client, job["id"]) == "running", 60,
+                   what="the job to cancel never ran")
         started = time.monotonic()
         client.delete(f"/v1/jobs/{job['id']}")
         final = client.get(f"/v1/jobs/{job['id']}", params={"wait": 30}).json()
