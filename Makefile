@@ -31,9 +31,13 @@ lint: install
 	$(PY) -m tests.support.lint_imports
 
 # Stops at once, naming what to install, where a tool or service the tests use is missing.
+# The suite runs in TEST_PROCESSES processes (pytest-xdist), each test file whole in one of
+# them (its module's servers started once); every test makes its own databases, ports and
+# folders, so they are independent.
+TEST_PROCESSES ?= 2
 test: lint
 	$(PY) -m tests.preflight
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile
 
 # The in-process tiers alone (tests/unit and tests/app, pytest's `unit` and `app` markers):
 # seconds, for while you work.

@@ -72,6 +72,7 @@ def test_typed_errors(client, keyed_server):
     assert denied.value.error_type == "authentication_error"
 
 
+@pytest.mark.slow
 def test_a_batch_of_200_tickets_with_progress_and_results(client):
     items = [{"custom_id": f"ticket-{i}", "state": f"Ticket {i}: charged twice for A-{i}."}
              for i in range(200)]

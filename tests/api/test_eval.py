@@ -26,6 +26,7 @@ def test_the_set_is_labeled_and_spread_over_positions():
         assert positions and max(positions.count(p) for p in range(n)) == len(positions) // n
 
 
+@pytest.mark.slow
 def test_eval_reports_every_figure(open_server):
     local = decide("eval", "--limit", "12", "--json")
     assert local.returncode == 0, local.stderr

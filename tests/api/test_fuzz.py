@@ -124,6 +124,7 @@ def fuzz_operation(operation, mode: GenerationMode, tally: Tally) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_no_generated_case_gets_a_5xx(fuzz_server, tally):
     schema = schemathesis.openapi.from_url(f"{fuzz_server.url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
@@ -151,6 +152,7 @@ parameters = { "query.wait" = 1 }
 the backlog: the CLI's calls wait 1 s, and hypothesis above tries every ``wait``."""
 
 
+@pytest.mark.slow
 def test_the_cli_phases_find_no_5xx(fuzz_server, tmp_path, tally):
     (tmp_path / "schemathesis.toml").write_text(CLI_CONFIG)
     report = tmp_path / "report.json"

@@ -70,6 +70,7 @@ def mutations(seed: int = 7, count: int = 300):
         yield data, headers
 
 
+@pytest.mark.slow
 def test_hundreds_of_malformed_bodies_never_get_a_5xx(open_server):
     statuses: dict[int, int] = {}
     with open_server.client(timeout=120) as client:

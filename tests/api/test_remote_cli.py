@@ -68,6 +68,7 @@ def test_status_shows_lanes_and_workers(open_server):
     assert raw["models"][0]["workers"] == 1
 
 
+@pytest.mark.slow
 def test_job_wait_shows_the_time_waited_on_stderr(open_server):
     import httpx
 

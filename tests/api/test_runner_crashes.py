@@ -98,6 +98,7 @@ def test_a_segfault_in_the_runner_leaves_the_front_door_up_and_the_job_finishes(
         assert once_server.alive()
 
 
+@pytest.mark.slow
 def test_a_job_that_kills_every_runner_ends_worker_crashed_and_others_are_served(
         crashing_server):
     with crashing_server.client() as client:
@@ -123,6 +124,7 @@ def test_a_job_that_kills_every_runner_ends_worker_crashed_and_others_are_served
         assert crashing_server.alive()
 
 
+@pytest.mark.slow
 def test_a_fit_whose_runner_keeps_dying_ends_failed_and_the_service_goes_on(crashing_server):
     """A fit is a background job like any: a runner that dies on one of its examples every
     time ends it ``worker_crashed``, and the taught question ``failed`` with that reason."""

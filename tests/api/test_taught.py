@@ -83,6 +83,7 @@ def ask(client, questions, state=STATE, **extra):
     return response.json()["answers"]
 
 
+@pytest.mark.slow
 def test_a_fit_reports_its_figures(taught):
     fit = taught["fit"]
     assert fit["examples"] == len(EXAMPLES)
@@ -133,6 +134,7 @@ def test_a_taught_answer_has_the_same_bits_however_it_is_asked(server, taught):
     assert alone["x_taught"] == among["x_taught"] == in_job["x_taught"] == in_batch["x_taught"]
 
 
+@pytest.mark.slow
 def test_a_taught_answer_survives_a_restart(server, taught):
     with server.client(ALPHA) as client:
         before = ask(client, {"gate": SAFETY})["gate"]
@@ -160,6 +162,7 @@ def test_another_key_neither_sees_nor_uses_it(server, taught):
     assert taught["id"] in [entry["id"] for entry in listed["data"]]
 
 
+@pytest.mark.slow
 def test_labels_of_audited_jobs_teach_a_question(server):
     question = {"type": "noul", "instructions": "Does this command change any file?"}
     states = [("touch notes.txt", "yes"), ("ls", "no"), ("rm old.log", "yes"),

@@ -14,6 +14,7 @@ from tests.slow_work import distinct_nouls
 pytestmark = pytest.mark.model
 
 
+@pytest.mark.slow
 def test_workers_killed_under_a_healthy_job_three_times_leave_it_to_succeed(cluster_factory):
     cluster = cluster_factory(DECIDE_MAX_ATTEMPTS="2")
     worker = cluster.start_worker()

@@ -62,6 +62,7 @@ def test_redis_restarted_empty_with_one_busy_worker_and_one_waiting_job(cluster)
         assert runs == {busy: 1, waiting: 1}
 
 
+@pytest.mark.slow
 def test_a_worker_killed_and_restarted_as_pid_1_of_its_namespace_does_not_hold_its_job(
         cluster_factory):
     assert shutil.which("unshare"), "unshare (util-linux) is needed"
@@ -100,6 +101,7 @@ def decode_runs(cluster) -> dict[str, int]:
     return dict(cluster.rows("SELECT id, decode_runs FROM jobs"))
 
 
+@pytest.mark.slow
 def test_postgresql_restarted_while_jobs_finish(cluster_factory):
     """A fast shutdown ends every session mid-claim, mid-read and mid-finish, and every
     connection is refused for 3 s or more. Nothing accepted is lost or decoded twice, the
@@ -133,6 +135,7 @@ def test_postgresql_restarted_while_jobs_finish(cluster_factory):
     assert worker.poll() is None, cluster.logs()
 
 
+@pytest.mark.slow
 def test_redis_paused_during_a_long_background_job_with_foreground_traffic(cluster):
     """``DEBUG SLEEP``: Redis accepts connections and answers nothing for 8 s. The background
     job goes on, foreground calls made meanwhile are answered once Redis is back, and every
@@ -159,6 +162,7 @@ def test_redis_paused_during_a_long_background_job_with_foreground_traffic(clust
     assert cluster.workers[0].poll() is None
 
 
+@pytest.mark.slow
 def test_workers_whose_clocks_are_30_s_off_keep_their_jobs(cluster_factory):
     """libfaketime moves the wall clocks: the delivery leader's 30 s ahead, the other
     worker's 30 s behind. Liveness and the repair of lost messages read the database's clock,
@@ -180,6 +184,7 @@ def test_workers_whose_clocks_are_30_s_off_keep_their_jobs(cluster_factory):
     assert len(holders) == 2  # both workers decoded, each for more than 10 s of its clock
 
 
+@pytest.mark.slow
 def test_the_delivery_leader_frozen_until_another_has_taken_over(cluster_factory):
     """SIGSTOP the worker that leads delivery while it decodes a job. PostgreSQL ends its
     idle lock session within 20 s, the other worker takes over: it re-queues the frozen

@@ -16,6 +16,7 @@ EXAMPLES = [{"state": "ls -la", "answer": "yes"}, {"state": "rm -rf /", "answer"
                                                           "answer": "no"}]
 
 
+@pytest.mark.slow
 def test_a_question_is_taught_by_a_celery_worker_and_answers_from_postgresql(cluster):
     with cluster.client() as client:
         created = client.post("/v1/questions", json={"question": QUESTION, "examples": EXAMPLES})

@@ -34,6 +34,7 @@ def hidden_of(loaded, questions: dict, wanted: str, state=TICKET) -> list[float]
     return loaded.engine.decide(request).hidden[wanted]
 
 
+@pytest.mark.slow
 def test_the_recovered_state_is_the_models_own_final_hidden_state(default_engine):
     """llama.cpp's embeddings output (a context with embeddings on, pooling none) is the
     vector its output head multiplies; the projection recovers it from the logits."""
