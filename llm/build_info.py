@@ -9,6 +9,8 @@ from typing import Any
 
 import llama_cpp
 
+from decide.llm.system_info import enabled_features
+
 
 def build_info() -> dict[str, Any]:
     """The llama.cpp build this process loaded and the instruction sets it uses."""
@@ -21,14 +23,3 @@ def build_info() -> dict[str, Any]:
         "instruction_sets": enabled_features(system),
         "library": str(Path(llama_cpp.__file__).parent / "lib"),
     }
-
-
-def enabled_features(system_info: str) -> list[str]:
-    """``AVX2``... from llama.cpp's ``CPU : SSE3 = 1 | AVX = 1 | AVX512 = 0 |`` line."""
-    features = []
-    for part in system_info.replace("\n", "|").split("|"):
-        name, _, flag = part.rpartition("=")
-        name = name.split(":")[-1].strip()
-        if name and flag.strip() == "1":
-            features.append(name)
-    return features

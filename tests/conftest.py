@@ -1,7 +1,8 @@
 """Shared fixtures: the real embedded default model, loaded once per test session.
 
-Before any test module imports llama_cpp, this process takes the llama.cpp build the runners
-use on this host (``runner.in_process``), so in-process answers and the service's agree."""
+Before the first test module outside ``tests/unit`` is imported (the pure tier never loads
+llama_cpp), this process takes the llama.cpp build the runners use on this host
+(``runner.in_process``), so in-process answers and the service's agree."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ import pytest
 from decide.config.settings import Settings
 from decide.runner.in_process import use_runner_build
 
-use_runner_build(Settings())
+PURE_TIER = "unit"
+_build_chosen = False
+
+
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    global _build_chosen
+    if (not _build_chosen and isinstance(collector, pytest.Module)
+            and collector.path.parent.name != PURE_TIER):
+        use_runner_build(Settings())
+        _build_chosen = True
 
 
 TIERS = ("unit", "app", "api", "model", "store", "distributed", "ops")

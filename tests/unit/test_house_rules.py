@@ -74,3 +74,18 @@ def test_a_relative_import_closes_a_circle_too(tmp_path):
     write(tmp_path, "decide.store.a", "from .b import thing\n")
     write(tmp_path, "decide.store.b", "from ..store import a\n")
     assert import_cycles(tmp_path) == [["decide.store.a", "decide.store.b"]]
+
+
+def test_the_pure_tier_never_loads_llama_cpp():
+    """``tests/conftest.py`` chooses the llama.cpp build before the first module outside
+    ``tests/unit`` is imported; that holds only while no unit test module loads llama_cpp."""
+    import subprocess
+    import sys
+
+    script = ("import importlib, pkgutil, sys\n"
+              "for module in pkgutil.iter_modules(['tests/unit']):\n"
+              "    importlib.import_module('tests.unit.' + module.name)\n"
+              "    assert 'llama_cpp' not in sys.modules, module.name\n")
+    ran = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from decide.llm.build_info import enabled_features
+from decide.llm.system_info import enabled_features
 from decide.llm.threads import apply_wait_policy
 from decide.runner import variants
 from decide.runner.crashes import describe_exit
