@@ -19,9 +19,14 @@ from __future__ import annotations
 
 import functools
 import math
+import mmap
 from pathlib import Path
 
 import numpy as np
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.quants import dequantize
+
+from decide.llm.gguf_header import GgufHeader, TensorInfo, read_header
 
 HEAD_TENSORS = ("output.weight", "token_embd.weight")
 """The output head, or the token embeddings it is tied to."""
@@ -54,32 +59,27 @@ class HiddenProjection:
 
     @classmethod
     def from_gguf(cls, path: Path) -> HiddenProjection:
-        import gguf
-
-        reader = gguf.GGUFReader(str(path))
-        tensors = {tensor.name: tensor for tensor in reader.tensors}
-        name = next((name for name in HEAD_TENSORS if name in tensors), None)
+        header = read_header(path)
+        name = next((name for name in HEAD_TENSORS if name in header.tensors), None)
         if name is None:
             raise HiddenStateUnavailable(f"{path}: no output head ({' or '.join(HEAD_TENSORS)})")
-        tensor = tensors[name]
+        tensor = header.tensors[name]
         vocab = int(tensor.shape[-1])
         width = int(tensor.shape[0])
         rows = np.arange(FIRST_ROW if vocab > FIRST_ROW + 8 * width else 0, vocab, ROW_STRIDE)
         if len(rows) < 2 * width:
             rows = np.arange(0, vocab, max(1, vocab // (4 * width)))
         try:
-            data = np.asarray(tensor.data)[rows]
-            head = np.asarray(gguf.quants.dequantize(data, tensor.tensor_type),
-                              dtype=np.float32).reshape(len(rows), width)
-        except (NotImplementedError, ValueError, IndexError) as error:
+            head = _head_rows(path, tensor, rows, width)
+        except (NotImplementedError, ValueError, IndexError, KeyError) as error:
             raise HiddenStateUnavailable(
-                f"{path}: the output head ({tensor.tensor_type.name}) cannot be read: "
+                f"{path}: the output head (ggml type {tensor.ggml_type}) cannot be read: "
                 f"{error}") from error
         singular = np.linalg.svd(head.astype(np.float64), compute_uv=False)
         if singular[-1] <= 0 or singular[0] / singular[-1] > MAX_CONDITION:
             raise HiddenStateUnavailable(f"{path}: the output head's sampled rows do not "
                                          "determine the hidden state")
-        return cls(rows, head, _softcap(reader))
+        return cls(rows, head, _softcap(header))
 
     def hidden(self, logits: np.ndarray) -> list[float]:
         """The hidden state behind one logits row, as Python floats."""
@@ -90,11 +90,22 @@ class HiddenProjection:
         return np.einsum("ij,j->i", self._pinv, values, optimize=False).tolist()
 
 
-def _softcap(reader: object) -> float | None:
+def _head_rows(path: Path, tensor: TensorInfo, rows: np.ndarray, width: int) -> np.ndarray:
+    """The head's ``rows``, dequantized to float32, read from the file where they lie."""
+    kind = GGMLQuantizationType(tensor.ggml_type)
+    block, size = GGML_QUANT_SIZES[kind]
+    row_bytes = width // block * size
+    with path.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        whole = np.frombuffer(data, dtype=np.uint8, count=row_bytes * int(tensor.shape[-1]),
+                              offset=tensor.offset).reshape(-1, row_bytes)
+        picked = whole[rows]  # a copy: the file can be closed
+        del whole
+    return np.asarray(dequantize(picked, kind), dtype=np.float32).reshape(len(rows), width)
+
+
+def _softcap(header: GgufHeader) -> float | None:
     """Gemma 2's ``final_logit_softcapping`` (logits = c·tanh(z/c)), when the GGUF sets it."""
-    fields = getattr(reader, "fields", {})
-    for key, field in fields.items():
-        if key.endswith(".final_logit_softcapping"):
-            value = float(field.parts[field.data[0]][0])
-            return value if math.isfinite(value) and value > 0 else None
+    for key, value in header.values.items():
+        if key.endswith(".final_logit_softcapping") and isinstance(value, float | int):
+            return float(value) if math.isfinite(value) and value > 0 else None
     return None

@@ -47,13 +47,13 @@ its question, the other questions, their order, the round it lands in or the req
 from __future__ import annotations
 
 import itertools
-import mmap
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from decide.core.rows import Row
+from decide.llm.gguf_header import read_header
 
 GROUP = 16
 """A batch's token count, and its output count where ``output_rows_grouped``, is a multiple of
@@ -246,10 +246,6 @@ from two rows on, on x86-64 (F32, F16, BF16, Q8_0, Q5_0: tinyBLAS; Q4_1, Q5_1, Q
 ``ggml_vec_dot``). Any other type (the repacked Q4_0, Q4_K, IQ4_NL, Q2_K, MXFP4, or one not
 known here) makes the output rows come in groups of 16."""
 
-_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_STRING, _ARRAY = 8, 9
-
-
 def output_rows_grouped(path: Path, *, x86_64: bool) -> bool:
     """Whether a packed batch's outputs must come in groups of 16 for this GGUF: true unless,
     on x86-64, every weight of its last block after the attention (llama.cpp's graphs pick the
@@ -258,10 +254,9 @@ def output_rows_grouped(path: Path, *, x86_64: bool) -> bool:
     if not x86_64:
         return True
     try:
-        types = _tensor_types(path)
+        _, blocks, tensors = _tensor_types(path)
     except (OSError, ValueError, struct.error, KeyError):
         return True
-    _, blocks, tensors = types
     last = f"blk.{blocks - 1}."
     head = "output.weight" if "output.weight" in tensors else "token_embd.weight"
     watched = [name for name in tensors  # the last attention runs on every row, before them
@@ -271,51 +266,13 @@ def output_rows_grouped(path: Path, *, x86_64: bool) -> bool:
 
 def _tensor_types(path: Path) -> tuple[str, int, dict[str, int]]:
     """(architecture, block count, tensor name → ggml type) from a GGUF file's header."""
-    with path.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        if data[:4] != b"GGUF":
-            raise ValueError("not a GGUF file")
-        version, tensor_count, kv_count = struct.unpack_from("<IQQ", data, 4)
-        if version < 2:
-            raise ValueError("GGUF v1 is not read here")
-        offset = 24
-        values: dict[str, object] = {}
-
-        def string(at: int) -> tuple[str, int]:
-            (length,) = struct.unpack_from("<Q", data, at)
-            return data[at + 8:at + 8 + length].decode("utf-8", "replace"), at + 8 + length
-
-        def skip(kind: int, at: int) -> tuple[object, int]:
-            if kind == _STRING:
-                return string(at)
-            if kind == _ARRAY:
-                element, count = struct.unpack_from("<IQ", data, at)
-                at += 12
-                if element in _SCALARS:
-                    return None, at + _SCALARS[element] * count
-                for _ in range(count):
-                    _, at = skip(element, at)
-                return None, at
-            size = _SCALARS[kind]
-            code = {1: "<B", 2: "<H", 4: "<I", 8: "<Q"}[size]
-            return struct.unpack_from(code, data, at)[0], at + size
-
-        for _ in range(kv_count):
-            key, offset = string(offset)
-            (kind,) = struct.unpack_from("<I", data, offset)
-            values[key], offset = skip(kind, offset + 4)
-        tensors: dict[str, int] = {}
-        for _ in range(tensor_count):
-            name, offset = string(offset)
-            (dims,) = struct.unpack_from("<I", data, offset)
-            offset += 4 + 8 * dims
-            (kind,) = struct.unpack_from("<I", data, offset)
-            tensors[name] = kind
-            offset += 12
-    architecture = str(values["general.architecture"])
-    blocks = values[f"{architecture}.block_count"]
+    header = read_header(path)
+    architecture = str(header.values["general.architecture"])
+    blocks = header.values[f"{architecture}.block_count"]
     if not isinstance(blocks, int):
         raise ValueError("no block count")
-    return architecture, blocks, tensors
+    return architecture, blocks, {name: tensor.ggml_type
+                                  for name, tensor in header.tensors.items()}
 
 
 def packing_check_rows(vocab_size: int) -> tuple[tuple[int, ...], list[Row]]:
