@@ -248,6 +248,7 @@ def gave_up(cluster, job_id: str) -> bool:
                for line in path.read_text().splitlines())
 
 
+@pytest.mark.serial
 def test_health_answers_at_once_while_redis_stalls_under_foreground_traffic(cluster):
     """``DEBUG SLEEP`` with 60 foreground calls in flight: they fill the front door's thread
     pool waiting on Redis; liveness is answered on the event loop and stays fast."""

@@ -22,6 +22,8 @@ from decide.transport.events import JobEvents
 from tests.slow_work import distinct_nouls
 from tests.support.own_servers import OwnRedis
 
+pytestmark = pytest.mark.serial  # latency bounds: measured with the machine to itself
+
 STALL_SECONDS = 8
 CALLERS = 60
 READ_BOUND_SECONDS = 2.0
