@@ -33,6 +33,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         tier = item.path.parent.name
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+    heavy_files_first(items)
+
+
+def heavy_files_first(items: list[pytest.Item]) -> None:
+    """The files with the most ``slow`` tests first, each file's tests in their own order: the
+    parallel run (``make test``) hands out whole files as processes free up, so the longest
+    start early and the short ones fill the end, rather than one long file running alone."""
+    slow: dict[object, int] = {}
+    for item in items:
+        slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
+    first_seen: dict[object, int] = {}
+    for index, item in enumerate(items):
+        first_seen.setdefault(item.path, index)
+    items.sort(key=lambda item: (-slow[item.path], first_seen[item.path]))
 
 
 @pytest.fixture(scope="session")
