@@ -148,7 +148,7 @@ class EmbeddedWorker:
                     on_finished=self._events.publish, cancelled=self.cancelled,
                     yield_to_foreground=None if nested else self._foreground_first,
                     max_attempts=self._settings.max_attempts, on_requeued=self._requeue,
-                    leaving=self._leaving)
+                    leaving=self._leaving, stopping=self._stopping)
         except RunnerUnavailable as unavailable:  # put back; it runs on the next runner
             log.error("job %s waits: %s", job_id, unavailable)
             if nested:

@@ -144,6 +144,11 @@ class Leaving(Exception):
     """The worker stops while the database is away: the job is left running, unfinished."""
 
 
+class Stopped(Exception):
+    """The worker stops between two rows of the job (``stopping``): the job goes back to the
+    queue as it was, no attempt counted, for this worker's next start or another worker."""
+
+
 def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
             on_finished: Callable[[str], None] | None = None,
             worker_id: str | None = None,
@@ -152,7 +157,8 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
             max_attempts: int = 3,
             on_requeued: Callable[[str], None] | None = None,
             leaving: threading.Event | None = None,
-            pacing: Pacing = DEFAULT_PACING) -> str | None:
+            pacing: Pacing = DEFAULT_PACING,
+            stopping: threading.Event | None = None) -> str | None:
     """Decode ``job_id`` once; returns its final status, ``queued`` when the runner died under
     it and it goes back to the queue, or None when it was not ours to run (already taken,
     finished or cancelled: a redelivery is never decoded twice).
@@ -162,15 +168,22 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
     whose runner died (``RunnerCrashed``) is queued again, through ``on_requeued``, until its
     decode has crashed ``max_attempts`` times; then it ends failed with ``worker_crashed``.
     ``leaving``: the worker's event, set when it stops (a write the database keeps refusing
-    then gives up; None: never). ``pacing``: how often it asks the database."""
+    then gives up; None: never). ``pacing``: how often it asks the database. ``stopping``:
+    set, the job stops before its next row and is queued again (the embedded worker's stop;
+    None: a started job runs to its end)."""
     write = functools.partial(until_stored, leaving=leaving, backoff=pacing.finish_backoff)
     job = _claim(db, job_id, worker_id, write)
     if job is None:
         return None
     try:
-        before_row = _row_guard(job, db, yield_to_foreground, cancelled, pacing.cancel_check)
+        before_row = _row_guard(job, db, yield_to_foreground, cancelled, pacing.cancel_check,
+                                stopping)
         return _decode_claimed(job, db=db, engine_for=engine_for, on_finished=on_finished,
                                before_row=before_row, write=write)
+    except Stopped:
+        job_claims.unclaim(db, job_id, worker_id=worker_id, attempt=job.decode_runs)
+        log.info("job %s goes back to the queue: the worker stops", job_id)
+        return jobs.QUEUED
     except RunnerCrashed as crash:
         return _after_crash(job, db=db, cause=str(crash), worker_id=worker_id,
                             max_attempts=max_attempts, on_finished=on_finished,
@@ -219,7 +232,8 @@ def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: st
 
 def _row_guard(job: jobs.JobRecord, db: Database,
                yield_to_foreground: Callable[[], None] | None,
-               cancelled: CancelledJobs | None, cancel_check: float) -> Callable[[], None]:
+               cancelled: CancelledJobs | None, cancel_check: float,
+               stopping: threading.Event | None = None) -> Callable[[], None]:
     """What the decode asks before each row: foreground work first (a background job), then
     whether the job was cancelled or superseded; the database is read at most every
     ``cancel_check`` seconds."""
@@ -227,6 +241,8 @@ def _row_guard(job: jobs.JobRecord, db: Database,
 
     def before_row() -> None:
         nonlocal last_check
+        if stopping is not None and stopping.is_set():
+            raise Stopped
         if yield_to_foreground is not None and job.priority == "background":
             yield_to_foreground()
         if cancelled is not None and job.id in cancelled:
@@ -288,7 +304,7 @@ def _decode_claimed(job: jobs.JobRecord, *, db: Database,
         status = jobs.SUCCEEDED
     except Cancelled:
         status = jobs.CANCELLED
-    except (RunnerCrashed, RunnerUnavailable):  # the job is released, not finished
+    except (RunnerCrashed, RunnerUnavailable, Stopped):  # released, not finished
         raise
     except Leaving:  # still running: re-queued once this worker's heartbeats stop
         return jobs.RUNNING

@@ -337,3 +337,54 @@ def test_an_accepted_job_whose_sent_mark_fails_is_still_accepted(db, monkeypatch
     assert broker.sent == [job_id]
     stored = job_reads.get_job(db, job_id)
     assert stored.status == jobs.QUEUED and stored.sent_at is None  # the feeder sends it again
+
+
+class EndlessRunner(AnsweringRunner):
+    """A background job of rows without end: asks before each, a millisecond apart."""
+
+    def decide(self, model, request, before_row=None) -> Decision:
+        while request.state == "endless":
+            before_row()
+            time.sleep(0.001)
+        return super().decide(model, request, before_row)
+
+
+def test_a_stopping_embedded_worker_puts_its_job_back_before_the_next_row(tmp_path):
+    """``decide serve`` stopped under a long background job stops at its next row (it does not
+    wait for the job's end) and leaves the job queued, no attempt counted: the next start
+    decodes it."""
+    from decide.config.settings import Settings
+    from decide.llm.catalog import load_catalog
+    from decide.migrations.apply import upgrade
+    from decide.store.db import make_engine
+    from decide.transport.events import JobEvents
+    from decide.worker.embedded import EmbeddedWorker
+
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    upgrade(url)
+    db = make_engine(url)
+    settings = Settings(database_url=url)
+    catalog = load_catalog(settings)
+    first = EmbeddedWorker(db=db, catalog=catalog, settings=settings, events=JobEvents(),
+                           runner=EndlessRunner())
+    first.start()
+    job, _ = submission.create_job(db, owner="alice", model=catalog.default,
+                                   priority="background", request={**REQUEST, "state": "endless"},
+                                   metadata=None, rows=1, input_tokens=20)
+    first.send(job.id, catalog.default, "background")
+    wait_until(lambda: job_reads.get_job(db, job.id).status == jobs.RUNNING,
+               what=lambda: f"the job is {job_reads.get_job(db, job.id).status}")
+    started = time.monotonic()
+    first.stop()
+    assert time.monotonic() - started < 5  # a row, not the job's end (the join waits 30 s)
+    left = job_reads.get_job(db, job.id)
+    assert (left.status, left.decode_runs, left.crashes) == (jobs.QUEUED, 0, 0)
+    second = EmbeddedWorker(db=db, catalog=catalog, settings=settings, events=JobEvents(),
+                            runner=AnsweringRunner())  # it answers the job at once
+    second.start()
+    try:
+        assert second.drain(timeout=30), "the next start never ran the job"
+        assert job_reads.get_job(db, job.id).status == jobs.SUCCEEDED
+    finally:
+        second.stop()
+        db.dispose()
