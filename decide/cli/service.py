@@ -141,6 +141,8 @@ def serve_command(args: argparse.Namespace) -> int:
         return 0
     from decide.launch.app import make_app
 
+    # the service's own lines (the runner and its model ready, jobs re-queued) beside uvicorn's
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     uvicorn.run(make_app(), host=host, port=port, log_level="info")
     return 0
 

@@ -141,3 +141,10 @@ def test_metrics_count_requests_and_jobs(open_client):
            'status="succeeded"}' in text
     assert 'route="/v1/jobs/{job_id}"' in text or "/v1/jobs/" not in text
     assert not re.search(r"job_[0-9a-f]{24}", text)  # labels never carry ids
+
+
+def test_the_server_log_says_when_the_model_is_loaded_and_the_runner_ready(open_server):
+    """``/ready`` answered 200 before the tests began: the log has said so, naming the model."""
+    log = open_server.log.read_text()
+    assert re.search(r"runner \d+ ready: model gemma-3-270m, build \S+, probe \d+ ms", log), \
+        log[-2000:]
