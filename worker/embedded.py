@@ -44,8 +44,9 @@ class EmbeddedWorker:
         self._runner = runner or Runner(settings, catalog.default)
         self._thread = threading.Thread(target=self._loop, name="decide-worker", daemon=True)
         self._stopping = threading.Event()
+        """Set on stop: the loop ends, a running job goes back to the queue before its next
+        row, and a write the database keeps refusing gives up."""
         self.cancelled = CancelledJobs()
-        self._leaving = threading.Event()  # set on stop: a refused write gives up then
         self._retention = Retention(db, settings.retention_days)
         self._foreground_first = ForegroundFirst(self._queue.take_foreground,
                                                  self._run_foreground)
@@ -148,7 +149,7 @@ class EmbeddedWorker:
                     on_finished=self._events.publish, cancelled=self.cancelled,
                     yield_to_foreground=None if nested else self._foreground_first,
                     max_attempts=self._settings.max_attempts, on_requeued=self._requeue,
-                    leaving=self._leaving, stopping=self._stopping)
+                    leaving=self._stopping, stopping=self._stopping)
         except RunnerUnavailable as unavailable:  # put back; it runs on the next runner
             log.error("job %s waits: %s", job_id, unavailable)
             if nested:
@@ -173,7 +174,6 @@ class EmbeddedWorker:
 
     def stop(self) -> None:
         self._stopping.set()
-        self._leaving.set()  # a finish the database keeps refusing gives up now
         self._heartbeat.stop()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
