@@ -272,13 +272,17 @@ def test_health_answers_at_once_while_redis_stalls_under_foreground_traffic(clus
         # measured once the 60 are in (all waiting on Redis): their arrival together on two
         # cores is the machine's load, not the stall's
         time.sleep(0.5)
-        slowest = 0.0
+        took = []
         deadline = time.monotonic() + 5.5
         while time.monotonic() < deadline:
             started = time.perf_counter()
             assert client.get("/health").status_code == 200
-            slowest = max(slowest, time.perf_counter() - started)
+            took.append(time.perf_counter() - started)
             time.sleep(0.1)
         for caller in callers:
             caller.join(timeout=180)
-    assert slowest < 0.1, f"/health took {slowest * 1000:.0f} ms while Redis stalled"
+    # a probe that waited on Redis would take its 1 s timeout or the 8 s stall; one slow probe
+    # in fifty on two busy cores is the scheduler, so the bound is on nine in ten
+    took.sort()
+    assert took[-1] < 1.0, f"/health took {took[-1] * 1000:.0f} ms while Redis stalled"
+    assert took[len(took) * 9 // 10] < 0.1, [round(seconds * 1000) for seconds in took]
