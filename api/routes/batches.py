@@ -1,10 +1,13 @@
-"""Batches (SPEC §4): a backlog in one call, its progress, NDJSON results, cancel, list."""
+"""Batches (SPEC §4): a backlog in one call, its progress, results (NDJSON or CSV), cancel,
+list."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
-from collections.abc import Iterator
-from typing import Annotated, Any
+from collections.abc import Iterable, Iterator
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -17,7 +20,9 @@ from decide.api.errors import not_found
 from decide.api.routes.deps import Context, Owner
 from decide.api.schemas import BatchList, BatchRequest, BatchSchema, request_body, responses
 from decide.api.views import batch_view
-from decide.store import batches, jobs
+from decide.core import result_table
+from decide.core.questions import Collector, parse_questions
+from decide.store import batches, job_reads, jobs
 
 router = APIRouter()
 
@@ -48,15 +53,45 @@ def read_batch(batch_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
     return _view(ctx, _owned(ctx, batch_id, owner))
 
 
+CSV_ROWS_PER_CHUNK = 200
+"""Rows written into one chunk of the CSV stream."""
+
+
+def _ndjson(items: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+    for item in items:
+        yield (json.dumps(item, ensure_ascii=False) + "\n").encode()
+
+
+def _csv(questions: dict[str, Any], items: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+    """The header, then one row per item (``decide.core.result_table``), RFC 4180 quoted
+    (CRLF line ends), a chunk of rows at a time."""
+    parsed = parse_questions(questions, Collector())  # stored, so valid
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(result_table.columns(parsed))
+    for written, item in enumerate(items, start=1):
+        writer.writerow(result_table.row(parsed, item))
+        if written % CSV_ROWS_PER_CHUNK == 0:
+            yield buffer.getvalue().encode()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue().encode()
+
+
 @router.get("/v1/batches/{batch_id}/results")
-def batch_results(batch_id: str, ctx: Context, owner: Owner) -> StreamingResponse:
+def batch_results(batch_id: str, ctx: Context, owner: Owner,
+                  format: Annotated[Literal["ndjson", "csv"], Query(
+                      description="ndjson (the default): one JSON line per finished item; "
+                                  "csv: a header, then one row per finished item")] = "ndjson",
+                  ) -> StreamingResponse:
     _owned(ctx, batch_id, owner)
-
-    def lines() -> Iterator[bytes]:
-        for item in batches.finished_items(ctx.db, batch_id):
-            yield (json.dumps(item, ensure_ascii=False) + "\n").encode()
-
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+    items = batches.finished_items(ctx.db, batch_id)
+    if format == "ndjson":
+        return StreamingResponse(_ndjson(items), media_type="application/x-ndjson")
+    questions = json.loads(job_reads.batch_questions(ctx.db, batch_id))
+    return StreamingResponse(
+        _csv(questions, items), media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{batch_id}.csv"'})
 
 
 @router.post("/v1/batches/{batch_id}/cancel", responses=responses({200: BatchSchema}))

@@ -128,6 +128,20 @@ class AsyncClient:
             raise ServiceUnreachableError(
                 f"cannot reach {self._http.base_url}: {error}") from error
 
+    async def results_csv(self, batch_id: str) -> AsyncIterator[str]:
+        """The finished items as CSV text, header first, streamed in chunks."""
+        try:
+            async with self._http.stream("GET", f"/v1/batches/{batch_id}/results",
+                                         params={"format": "csv"}) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    calls.checked(response.status_code, response.json(), response.headers)
+                async for text in response.aiter_text():
+                    yield text
+        except httpx.TransportError as error:
+            raise ServiceUnreachableError(
+                f"cannot reach {self._http.base_url}: {error}") from error
+
     async def teach(self, question: Mapping[str, Any],
                     examples: Iterable[Mapping[str, Any]] = (), *, model: str | None = None,
                     from_labels: bool = False, wait: float | None = 300.0) -> TaughtQuestion:

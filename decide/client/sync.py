@@ -136,6 +136,20 @@ class Client:
             raise ServiceUnreachableError(
                 f"cannot reach {self._http.base_url}: {error}") from error
 
+    def results_csv(self, batch_id: str) -> Iterator[str]:
+        """The finished items as CSV text, header first, streamed in chunks as they come
+        (``GET /v1/batches/{id}/results?format=csv``; write them to a file as they are)."""
+        try:
+            with self._http.stream("GET", f"/v1/batches/{batch_id}/results",
+                                   params={"format": "csv"}) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    calls.checked(response.status_code, response.json(), response.headers)
+                yield from response.iter_text()
+        except httpx.TransportError as error:
+            raise ServiceUnreachableError(
+                f"cannot reach {self._http.base_url}: {error}") from error
+
     def models(self) -> list[dict[str, Any]]:
         body, _ = self._call("GET", "/v1/models")
         return body["models"]

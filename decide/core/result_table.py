@@ -1,0 +1,89 @@
+"""A batch's results as a table (``GET /v1/batches/{id}/results?format=csv``): the column
+names, read from the batch's questions alone so the header goes out before the first row, and
+each finished item's row.
+
+The columns are ``custom_id``, ``status``, ``error_type``, ``error_message``, then per
+question, in the batch's question order:
+
+- choice: ``<id>`` (the pick), ``<id>.confidence``, ``<id>.p.<option>`` per option in the
+  question's option order;
+- noul: ``<id>`` (the probability of yes);
+- score: ``<id>`` (the score), ``<id>.confidence``, ``<id>.p.<level index>`` per level.
+
+A taught question keeps its type's columns (its answer keeps its type's shape) and adds one,
+``<id>.taught``: the taught question that answered (``tq_…``). Which one answers is chosen
+when the batch is accepted (a match, or the one named), so the same for every item; a question
+asked with ``"x_taught": false``, or matching none, has no such column. A cell with nothing to
+show (an error's answers, a succeeded item's error columns) is empty. Names are the ids as
+given, so a question whose id reads like another's column (``a.confidence`` beside a choice
+``a``) gives two columns of one name; they stay in this order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from decide.core.questions import ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
+
+FIXED_COLUMNS = ("custom_id", "status", "error_type", "error_message")
+TAUGHT_SUFFIX = ".taught"
+
+
+def _keys(question: Question) -> list[str]:
+    """The probability keys of a question's answer, in column order."""
+    if isinstance(question, ChoiceQuestion):
+        return [option.name for option in question.options]
+    if isinstance(question, ScoreQuestion):
+        return [str(index) for index in range(len(question.levels))]
+    return []
+
+
+def _taught(question: Question) -> bool:
+    return isinstance(question.taught, str)
+
+
+def question_columns(question: Question) -> list[str]:
+    """One question's column names (see the module's rule)."""
+    names = [question.id]
+    if not isinstance(question, NoulQuestion):
+        names.append(f"{question.id}.confidence")
+        names.extend(f"{question.id}.p.{key}" for key in _keys(question))
+    if _taught(question):
+        names.append(question.id + TAUGHT_SUFFIX)
+    return names
+
+
+def columns(questions: Sequence[Question]) -> list[str]:
+    """The header row."""
+    return [*FIXED_COLUMNS, *(name for question in questions
+                              for name in question_columns(question))]
+
+
+def _answer_cells(question: Question, answer: Mapping[str, Any] | None) -> list[Any]:
+    width = len(question_columns(question))
+    if not isinstance(answer, Mapping):
+        return [None] * width
+    if isinstance(question, NoulQuestion):
+        cells = [answer.get("noul")]
+    else:
+        main = answer.get("choice" if isinstance(question, ChoiceQuestion) else "score")
+        probabilities = answer.get("probabilities") or {}
+        cells = [main, answer.get("confidence"),
+                 *(probabilities.get(key) for key in _keys(question))]
+    if _taught(question):
+        cells.append(answer.get("x_taught"))
+    return cells
+
+
+def row(questions: Sequence[Question], item: Mapping[str, Any]) -> list[Any]:
+    """One finished item's row from its results line (``{"custom_id", "status", "result"}``
+    or ``{..., "error": {"error_type", "message"}}``); None is an empty cell."""
+    error = item.get("error") or {}
+    result = item.get("result") or {}
+    answers = result.get("answers") or {}
+    cells: list[Any] = [item.get("custom_id"), item.get("status"), error.get("error_type"),
+                        error.get("message")]
+    for question in questions:
+        cells.extend(_answer_cells(question, answers.get(question.id)))
+    return cells
