@@ -31,6 +31,10 @@ class BatchRecord:
     total: int
     cancel_requested: bool
     created_at: float
+    webhook_url: str | None = None
+    """Where its ``batch.completed`` event goes besides the key's endpoints (``x_webhook``)."""
+    completion_noted: bool = False
+    """Whether its completion has been noted, and its events written (``store.outbox``)."""
 
 
 @dataclass(frozen=True)
@@ -54,13 +58,15 @@ def _record(row: Any) -> BatchRecord:
     values["questions"] = None if questions is None else json.loads(questions)
     values["metadata"] = None if values["metadata"] is None else json.loads(values["metadata"])
     values["cancel_requested"] = bool(values["cancel_requested"])
+    values["completion_noted"] = bool(values.get("completion_noted", False))
     return BatchRecord(**values)
 
 
 def create_batch(db: Engine, *, owner: str, model: str, priority: str,
                  questions: dict[str, Any], metadata: dict[str, Any] | None,
                  items: list[tuple[str, Any]], rows_per_item: int,
-                 admit: Admit | None = None) -> tuple[BatchRecord, list[str]]:
+                 admit: Admit | None = None,
+                 webhook_url: str | None = None) -> tuple[BatchRecord, list[str]]:
     """Store the batch and one queued job per ``(custom_id, state)`` item, in one transaction.
 
     A batch item's job keeps only its state; the questions are stored once on the batch.
@@ -80,7 +86,8 @@ def create_batch(db: Engine, *, owner: str, model: str, priority: str,
             id=batch_id, owner=owner, model=model, priority=priority,
             questions=stored_questions,
             metadata=None if metadata is None else json.dumps(metadata, ensure_ascii=False),
-            total=len(items), cancel_requested=False, created_at=now))
+            total=len(items), cancel_requested=False, created_at=now,
+            webhook_url=webhook_url))
         for start in range(0, len(items), INSERT_CHUNK):
             connection.execute(jobs.insert(), [
                 {"id": job_ids[index], "owner": owner, "model": model, "priority": priority,

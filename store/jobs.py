@@ -65,6 +65,10 @@ class JobRecord:
     DECIDE_MAX_ATTEMPTS counts. A worker that vanished under it counts none."""
     request_bytes: int = 0
     """Its stored size, what the key's queued-bytes quota counts (``store.quota``)."""
+    webhook_url: str | None = None
+    """Where its ``job.finished`` event goes besides the key's endpoints (``x_webhook``)."""
+    notify: bool = False
+    """Whether its finish is announced (a job submitted to be polled; ``store.outbox``)."""
 
     @property
     def finished(self) -> bool:
@@ -91,4 +95,6 @@ def job_record(row: Any) -> JobRecord:
     for key in ("request", "metadata", "result", "error"):
         values[key] = _loads(values.get(key))
     values["cancel_requested"] = bool(values["cancel_requested"])
+    if "notify" in values:
+        values["notify"] = bool(values["notify"])
     return JobRecord(**values)

@@ -33,10 +33,12 @@ def create_job(db: Engine, *, owner: str, model: str, priority: str, request: di
                metadata: dict[str, Any] | None, rows: int, input_tokens: int,
                idempotency_key: str | None = None, request_hash: str | None = None,
                sync_waiters: int = 0, kind: str = DECISION,
-               admit: Admit | None = None) -> tuple[JobRecord, bool]:
+               admit: Admit | None = None, notify: bool = False,
+               webhook_url: str | None = None) -> tuple[JobRecord, bool]:
     """Store a queued job; returns it (without its request) and whether it is new. ``admit``
     runs in the inserting transaction, before the insert (the key's quotas, ``store.quota``):
-    what it raises refuses the job.
+    what it raises refuses the job. ``notify``: its finish is announced to the key's webhook
+    endpoints and to ``webhook_url`` (``store.outbox``).
 
     With an idempotency key already used by this owner, the earlier job is returned when the
     body is the same, and ``IdempotencyConflict`` is raised when it is not.
@@ -49,7 +51,8 @@ def create_job(db: Engine, *, owner: str, model: str, priority: str, request: di
               "status": QUEUED, "request": json_text(request), "metadata": json_text(metadata),
               "rows": rows, "input_tokens": input_tokens, "idempotency_key": idempotency_key,
               "request_hash": request_hash, "cancel_requested": False, "decode_runs": 0,
-              "created_at": database_now(db), "sync_waiters": sync_waiters, "kind": kind}
+              "created_at": database_now(db), "sync_waiters": sync_waiters, "kind": kind,
+              "notify": notify, "webhook_url": webhook_url}
     values["request_bytes"] = stored_bytes(values["request"])
     try:
         with db.begin() as connection:

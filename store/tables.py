@@ -14,6 +14,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 
@@ -22,6 +23,8 @@ metadata = MetaData()
 QUEUED = "status = 'queued'"
 UNSENT = f"{QUEUED} AND sent_at IS NULL"
 SENT = f"{QUEUED} AND sent_at IS NOT NULL"
+UNNOTED = "completion_noted = false"
+PENDING = "status = 'pending'"
 
 jobs = Table(
     "jobs", metadata,
@@ -53,6 +56,8 @@ jobs = Table(
     Column("kind", String(16), nullable=False, default="decision", server_default="decision"),
     Column("request_bytes", Integer, nullable=False, default=0, server_default="0"),
     Column("crashes", Integer, nullable=False, default=0, server_default="0"),
+    Column("webhook_url", Text, nullable=True),
+    Column("notify", Boolean, nullable=False, default=False, server_default=false()),
     UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
     Index("ix_jobs_owner_id", "owner", "id"),
     Index("ix_jobs_lane", "status", "model", "priority", "created_at"),
@@ -81,7 +86,12 @@ batches = Table(
     Column("total", Integer, nullable=False),
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("created_at", Float, nullable=False),
+    Column("webhook_url", Text, nullable=True),
+    Column("completion_noted", Boolean, nullable=False, default=False,
+           server_default=false()),
     Index("ix_batches_owner_id", "owner", "id"),
+    Index("ix_batches_unnoted", "id", postgresql_where=text(UNNOTED),
+          sqlite_where=text(UNNOTED)),
 )
 
 workers = Table(
@@ -175,3 +185,59 @@ count_deltas = Table(
     Index("ix_count_deltas_batch", "batch_id"),
 )
 """PostgreSQL's changes to the counts, one row per statement and group, not folded yet."""
+
+webhook_endpoints = Table(
+    "webhook_endpoints", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("owner", String(64), nullable=False),
+    Column("url", Text, nullable=False),
+    Column("secret", String(100), nullable=False),
+    Column("events", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_webhook_endpoints_owner", "owner", "id"),
+)
+"""A key's registered webhook endpoints, each with its own signing secret."""
+
+webhook_secrets = Table(
+    "webhook_secrets", metadata,
+    Column("owner", String(64), primary_key=True),
+    Column("secret", String(100), nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+"""A key's signing secret for the URLs its jobs and batches name (``x_webhook``)."""
+
+webhook_events = Table(
+    "webhook_events", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("owner", String(64), nullable=False),
+    Column("event_type", String(40), nullable=False),
+    Column("subject_id", String(40), nullable=False),
+    Column("endpoint_id", String(40), nullable=True),
+    Column("url", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("payload", Text, nullable=True),
+    Column("finished_at", Float, nullable=True),
+    Index("ix_webhook_events_due", "next_attempt_at", postgresql_where=text(PENDING),
+          sqlite_where=text(PENDING)),
+    Index("ix_webhook_events_subject", "subject_id"),
+)
+"""The webhook outbox: one row per event and destination (migration 0009, ``store.outbox``)."""
+
+webhook_attempts = Table(
+    "webhook_attempts", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("event_id", String(40), nullable=False),
+    Column("endpoint_id", String(40), nullable=True),
+    Column("attempt", Integer, nullable=False),
+    Column("status_code", Integer, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("at", Float, nullable=False),
+    Column("duration_ms", Float, nullable=False),
+    Index("ix_webhook_attempts_endpoint", "endpoint_id", "id"),
+    Index("ix_webhook_attempts_event", "event_id", "id"),
+)
+"""Every try of a webhook delivery: the delivery log."""

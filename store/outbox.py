@@ -1,0 +1,205 @@
+"""The webhook outbox (migration 0009): events waiting to be sent, their claims and their log.
+
+A job's ``job.finished`` rows are written by the database itself, in the transaction that
+finishes the job (a trigger); a batch's ``batch.completed`` rows by ``note_completed_batches``
+once its counts say every item has finished. A sender claims a due row for a lease (so a
+sender that dies mid-send leaves it to be sent again: at least once), sends it, and records
+the try with the row's next state in one transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, delete, select, update
+
+from decide.store import batches
+from decide.store.clock import database_now
+from decide.store.ids import new_id
+from decide.store.tables import batches as batch_table
+from decide.store.tables import webhook_attempts, webhook_endpoints, webhook_events
+from decide.store.webhooks import BATCH_COMPLETED
+
+PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+
+
+@dataclass(frozen=True)
+class Event:
+    id: str
+    owner: str
+    event_type: str
+    subject_id: str
+    endpoint_id: str | None
+    url: str
+    status: str
+    attempts: int
+    next_attempt_at: float
+    created_at: float
+    payload: str | None
+    finished_at: float | None
+
+
+def _event(row: Any) -> Event:
+    return Event(**dict(row._mapping))
+
+
+def due_events(db: Engine, limit: int) -> list[Event]:
+    """Pending events whose next try is due, the longest due first."""
+    with db.connect() as connection:
+        rows = connection.execute(
+            select(webhook_events).where(webhook_events.c.status == PENDING,
+                                         webhook_events.c.next_attempt_at <= database_now(db))
+            .order_by(webhook_events.c.next_attempt_at).limit(limit)).all()
+    return [_event(row) for row in rows]
+
+
+def claim(db: Engine, event: Event, lease_seconds: float) -> Event | None:
+    """Take ``event`` for one try: its attempt counted and its next try put ``lease_seconds``
+    ahead, so nobody else sends it meanwhile, and it is sent again should this sender die.
+    None when another sender took it first."""
+    with db.begin() as connection:
+        row = connection.execute(
+            update(webhook_events).where(webhook_events.c.id == event.id,
+                                         webhook_events.c.status == PENDING,
+                                         webhook_events.c.attempts == event.attempts)
+            .values(attempts=webhook_events.c.attempts + 1,
+                    next_attempt_at=database_now(db) + lease_seconds)
+            .returning(*webhook_events.c)).first()
+    return None if row is None else _event(row)
+
+
+def keep_payload(db: Engine, event_id: str, payload: str) -> str:
+    """The event's body, fixed at its first try: every retry sends the same bytes."""
+    with db.begin() as connection:
+        connection.execute(update(webhook_events).where(
+            webhook_events.c.id == event_id, webhook_events.c.payload.is_(None))
+            .values(payload=payload))
+        return connection.execute(select(webhook_events.c.payload).where(
+            webhook_events.c.id == event_id)).scalar_one()
+
+
+@dataclass(frozen=True)
+class Try:
+    """One try's outcome: the receiver's status code, or what went wrong before one came."""
+
+    status_code: int | None
+    error: str | None
+    duration_ms: float
+
+    @property
+    def delivered(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+def record_try(db: Engine, event: Event, outcome: Try, *, retry_in: float | None) -> str:
+    """Log the try and move the event on: delivered, due again in ``retry_in`` seconds, or
+    failed (``retry_in`` None: out of time, or never deliverable). Returns its new status."""
+    status = DELIVERED if outcome.delivered else PENDING if retry_in is not None else FAILED
+    now = database_now(db)
+    values: dict[str, Any] = {"status": status}
+    if status == PENDING:
+        values["next_attempt_at"] = now + (retry_in or 0.0)
+    else:
+        values["finished_at"] = now
+    with db.begin() as connection:
+        connection.execute(webhook_attempts.insert().values(
+            event_id=event.id, endpoint_id=event.endpoint_id, attempt=event.attempts,
+            status_code=outcome.status_code, error=outcome.error, at=now,
+            duration_ms=round(outcome.duration_ms, 1)))
+        connection.execute(update(webhook_events).where(
+            webhook_events.c.id == event.id, webhook_events.c.status == PENDING,
+            webhook_events.c.attempts == event.attempts).values(**values))
+    return status
+
+
+def note_completed_batches(db: Engine, limit: int = 200) -> list[str]:
+    """Batches whose every item has finished and whose completion is not noted yet: each is
+    noted, and its ``batch.completed`` events written, in one transaction (once, whoever
+    else looks at the same time). Returns the batches noted."""
+    with db.connect() as connection:
+        waiting = connection.execute(
+            select(batch_table.c.id, batch_table.c.total)
+            .where(batch_table.c.completion_noted == False)  # noqa: E712
+            .order_by(batch_table.c.id).limit(limit)).all()
+    if not waiting:
+        return []
+    progress = batches.progress_of(db, [row.id for row in waiting])
+    noted = []
+    for row in waiting:
+        if progress[row.id].finished >= row.total and _note(db, row.id):
+            noted.append(row.id)
+    return noted
+
+
+def _note(db: Engine, batch_id: str) -> bool:
+    table = batch_table
+    with db.begin() as connection:
+        batch = connection.execute(
+            update(table).where(table.c.id == batch_id, table.c.completion_noted == False)  # noqa: E712
+            .values(completion_noted=True).returning(table.c.owner, table.c.webhook_url)).first()
+        if batch is None:
+            return False
+        write_events(connection, owner=batch.owner, event_type=BATCH_COMPLETED,
+                     subject_id=batch_id, url=batch.webhook_url)
+    return True
+
+
+def write_events(connection: Connection, *, owner: str, event_type: str, subject_id: str,
+                 url: str | None) -> None:
+    """One pending event to ``url`` (when given) and one to each of the key's endpoints
+    subscribed to ``event_type``, in the caller's transaction."""
+    now = database_now(connection)
+    if url is not None:
+        connection.execute(webhook_events.insert().values(
+            id=new_id("msg"), owner=owner, event_type=event_type, subject_id=subject_id,
+            endpoint_id=None, url=url, status=PENDING, attempts=0, next_attempt_at=now,
+            created_at=now))
+    endpoints = connection.execute(select(webhook_endpoints.c.id, webhook_endpoints.c.url).where(
+        webhook_endpoints.c.owner == owner,
+        webhook_endpoints.c.events.like(f'%"{event_type}"%'))).all()
+    for endpoint in endpoints:
+        connection.execute(webhook_events.insert().values(
+            id=new_id("msg"), owner=owner, event_type=event_type, subject_id=subject_id,
+            endpoint_id=endpoint.id, url=endpoint.url, status=PENDING, attempts=0,
+            next_attempt_at=now, created_at=now))
+
+
+def events_of(db: Engine, subject_id: str) -> list[Event]:
+    """Every event about one job or batch (oldest first)."""
+    with db.connect() as connection:
+        rows = connection.execute(select(webhook_events).where(
+            webhook_events.c.subject_id == subject_id).order_by(webhook_events.c.created_at,
+                                                                 webhook_events.c.id)).all()
+    return [_event(row) for row in rows]
+
+
+def deliveries(db: Engine, endpoint_id: str, *, limit: int,
+               after: int | None = None) -> list[dict[str, Any]]:
+    """An endpoint's delivery log, newest try first: each try's event, attempt number,
+    status code or error, and time."""
+    query = (select(webhook_attempts.c.id, webhook_attempts.c.event_id,
+                    webhook_events.c.event_type, webhook_events.c.subject_id,
+                    webhook_attempts.c.attempt, webhook_attempts.c.status_code,
+                    webhook_attempts.c.error, webhook_attempts.c.at,
+                    webhook_attempts.c.duration_ms, webhook_events.c.status)
+             .select_from(webhook_attempts.outerjoin(
+                 webhook_events, webhook_events.c.id == webhook_attempts.c.event_id))
+             .where(webhook_attempts.c.endpoint_id == endpoint_id))
+    if after is not None:
+        query = query.where(webhook_attempts.c.id < after)
+    with db.connect() as connection:
+        rows = connection.execute(query.order_by(webhook_attempts.c.id.desc())
+                                  .limit(limit)).all()
+    return [dict(row._mapping) for row in rows]
+
+
+def purge(db: Engine, older_than_seconds: float) -> int:
+    """Forget events finished (delivered or failed) that long ago, and their tries."""
+    cutoff = database_now(db) - older_than_seconds
+    with db.begin() as connection:
+        old = select(webhook_events.c.id).where(webhook_events.c.status != PENDING,
+                                                webhook_events.c.finished_at < cutoff)
+        connection.execute(delete(webhook_attempts).where(
+            webhook_attempts.c.event_id.in_(old)))
+        return connection.execute(delete(webhook_events).where(
+            webhook_events.c.id.in_(old))).rowcount

@@ -1,0 +1,145 @@
+"""The webhook outbox on SQLite and PostgreSQL: events written in the transaction that finishes
+a job (whichever path finishes it) or notes a batch's completion, claimed once, retried,
+logged (issue 25, item 3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from decide.store import batches, job_claims, jobs, outbox, retention, submission, webhooks
+from decide.store.clock import read_database_now
+
+REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
+
+
+def new_job(db, owner="alice", **extra):
+    job, _ = submission.create_job(db, owner=owner, model="m", priority="background",
+                                   request=REQUEST, metadata=None, rows=1, input_tokens=3,
+                                   **extra)
+    return job
+
+
+def finish(db, job, status=jobs.SUCCEEDED):
+    claimed = job_claims.claim_job(db, job.id)
+    assert job_claims.finish_job(db, claimed, status=status,
+                                 result={"answers": {}} if status == jobs.SUCCEEDED else None,
+                                 error=None if status == jobs.SUCCEEDED else
+                                 {"error_type": "x", "message": "y"})
+
+
+@pytest.mark.parametrize("status", [jobs.SUCCEEDED, jobs.FAILED])
+def test_a_finished_job_writes_one_event_per_destination(db, status):
+    endpoint = webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                                     events=[webhooks.JOB_FINISHED])
+    webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/b",
+                          events=[webhooks.BATCH_COMPLETED])  # not subscribed to jobs
+    webhooks.add_endpoint(db, owner="bob", url="https://hooks.example/c",
+                          events=[webhooks.JOB_FINISHED])  # another key's
+    job = new_job(db, notify=True, webhook_url="https://jobs.example/hook")
+    assert outbox.events_of(db, job.id) == []  # nothing before the finish
+    finish(db, job, status)
+    events = outbox.events_of(db, job.id)
+    assert sorted((event.url, event.endpoint_id) for event in events) == [
+        ("https://hooks.example/a", endpoint.id), ("https://jobs.example/hook", None)]
+    assert {event.event_type for event in events} == {webhooks.JOB_FINISHED}
+    assert {event.status for event in events} == {outbox.PENDING}
+    assert len({event.id for event in events}) == 2
+    assert {event.id for event in outbox.due_events(db, 10)} == {event.id for event in events}
+
+
+def test_jobs_not_asked_to_notify_and_unfinished_changes_write_nothing(db):
+    webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                          events=list(webhooks.EVENT_TYPES))
+    quiet = new_job(db)  # a sync call's job: its caller has the answer
+    finish(db, quiet)
+    loud = new_job(db, notify=True)
+    job_claims.claim_job(db, loud.id)  # queued -> running is no finish
+    assert outbox.events_of(db, quiet.id) == [] and outbox.events_of(db, loud.id) == []
+
+
+def test_cancel_and_expiry_write_the_event_too(db):
+    webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                          events=[webhooks.JOB_FINISHED])
+    cancelled = new_job(db, notify=True)
+    submission.cancel_job(db, cancelled.id, "alice")
+    expired = new_job(db, notify=True)
+    retention.apply_retention(db, read_database_now(db) + 1)
+    assert [event.event_type for event in outbox.events_of(db, cancelled.id)] == [
+        webhooks.JOB_FINISHED]
+    assert len(outbox.events_of(db, expired.id)) == 1
+
+
+def test_a_claim_is_taken_once_and_a_try_moves_the_event_on(db):
+    webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                          events=[webhooks.JOB_FINISHED])
+    job = new_job(db, notify=True)
+    finish(db, job)
+    (event,) = outbox.events_of(db, job.id)
+    claimed = outbox.claim(db, event, lease_seconds=60)
+    assert claimed is not None and claimed.attempts == 1
+    assert outbox.claim(db, event, lease_seconds=60) is None  # another sender's turn is gone
+    assert outbox.due_events(db, 10) == []  # leased
+    assert outbox.keep_payload(db, event.id, '{"a": 1}') == '{"a": 1}'
+    assert outbox.keep_payload(db, event.id, '{"b": 2}') == '{"a": 1}'  # fixed at the first try
+    assert outbox.record_try(db, claimed, outbox.Try(503, None, 4.0), retry_in=0.0) == \
+        outbox.PENDING
+    (again,) = outbox.due_events(db, 10)
+    second = outbox.claim(db, again, lease_seconds=60)
+    assert second.attempts == 2
+    assert outbox.record_try(db, second, outbox.Try(204, None, 3.0), retry_in=1.0) == \
+        outbox.DELIVERED
+    log = outbox.deliveries(db, event.endpoint_id, limit=10)
+    assert [(entry["attempt"], entry["status_code"]) for entry in log] == [(2, 204), (1, 503)]
+    assert log[0]["event_id"] == event.id and log[0]["event_type"] == webhooks.JOB_FINISHED
+    assert outbox.due_events(db, 10) == []
+
+
+def test_an_event_out_of_time_ends_failed(db):
+    job = new_job(db, notify=True, webhook_url="https://jobs.example/hook")
+    finish(db, job)
+    (event,) = outbox.events_of(db, job.id)
+    claimed = outbox.claim(db, event, lease_seconds=60)
+    assert outbox.record_try(db, claimed, outbox.Try(None, "connection refused", 1.0),
+                             retry_in=None) == outbox.FAILED
+    (failed,) = outbox.events_of(db, job.id)
+    assert failed.status == outbox.FAILED and failed.finished_at is not None
+
+
+def test_a_batch_completion_is_noted_once_when_its_last_item_finishes(db):
+    webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                          events=[webhooks.BATCH_COMPLETED])
+    batch, job_ids = batches.create_batch(
+        db, owner="alice", model="m", priority="background", questions=REQUEST["questions"],
+        metadata=None, items=[("a", "x"), ("b", "y")], rows_per_item=1,
+        webhook_url="https://batch.example/hook")
+    first = job_claims.claim_job(db, job_ids[0])
+    job_claims.finish_job(db, first, status=jobs.SUCCEEDED, result={"answers": {}})
+    assert outbox.note_completed_batches(db) == []  # one item still queued
+    assert outbox.events_of(db, job_ids[0]) == []  # a batch item is not announced alone
+    second = job_claims.claim_job(db, job_ids[1])
+    job_claims.finish_job(db, second, status=jobs.FAILED, error={"error_type": "x",
+                                                                 "message": "y"})
+    assert outbox.note_completed_batches(db) == [batch.id]
+    assert outbox.note_completed_batches(db) == []  # noted once
+    events = outbox.events_of(db, batch.id)
+    assert sorted(event.url for event in events) == ["https://batch.example/hook",
+                                                     "https://hooks.example/a"]
+    assert {event.event_type for event in events} == {webhooks.BATCH_COMPLETED}
+
+
+def test_endpoints_and_the_signing_secret(db):
+    endpoint = webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                                     events=[webhooks.JOB_FINISHED])
+    assert endpoint.secret.startswith("whsec_") and endpoint.id.startswith("whep_")
+    assert [e.id for e in webhooks.list_endpoints(db, "alice")] == [endpoint.id]
+    assert webhooks.list_endpoints(db, "bob") == []
+    assert webhooks.get_endpoint(db, endpoint.id, "bob") is None
+    assert not webhooks.delete_endpoint(db, endpoint.id, "bob")
+    assert webhooks.delete_endpoint(db, endpoint.id, "alice")
+    assert webhooks.list_endpoints(db, "alice") == []
+    made = webhooks.ensure_signing_secret(db, "alice")
+    assert made is not None and made.startswith("whsec_")
+    assert webhooks.ensure_signing_secret(db, "alice") is None  # shown once
+    assert webhooks.signing_secret(db, "alice") == made
+    rotated = webhooks.rotate_signing_secret(db, "alice")
+    assert rotated != made and webhooks.signing_secret(db, "alice") == rotated
