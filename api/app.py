@@ -10,7 +10,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from decide import metrics
 from decide.api.context import ApiContext
 from decide.api.errors import install_error_handlers
-from decide.api.routes import batches, decisions, health, jobs, models, questions, usage
+from decide.api.routes import (
+    batches,
+    decisions,
+    health,
+    jobs,
+    models,
+    questions,
+    rerank,
+    usage,
+)
 from decide.api.schemas import install_schemas
 
 
@@ -19,7 +28,7 @@ def create_app(context: ApiContext) -> FastAPI:
                   description="Typed decisions with calibrated probabilities (System One).")
     app.state.context = context
     install_error_handlers(app)
-    for module in (decisions, jobs, batches, questions, usage, models, health):
+    for module in (decisions, rerank, jobs, batches, questions, usage, models, health):
         app.include_router(module.router)
     app.add_middleware(MeasuredRequests)
     install_schemas(app, sorted(context.catalog.models))

@@ -230,7 +230,43 @@ class ValidationErrorBody(BaseModel):
     detail: list[FieldErrorSchema]
 
 
-REQUEST_MODELS = (SystemOneRequest, JobRequest, BatchRequest)
+class RerankDocument(_Open):
+    text: NonEmpty
+
+
+class RerankQuestion(_Open):
+    type: Literal["noul"] = "noul"
+    instructions: Text | None = None
+    criteria: NoulCriteriaSchema | None = None
+    x_taught: str | None = Field(None, description="a taught question (tq_...) that answers")
+
+
+class RerankRequestSchema(_Open):
+    model: str | None = Field(None, description=MODEL_DESCRIPTION)
+    query: Annotated[str, Field(pattern=r"\S")]
+    documents: list[Annotated[str, Field(pattern=r"\S")] | RerankDocument] = Field(
+        min_length=1, max_length=1000, description="strings or {\"text\"} objects")
+    top_n: Annotated[int, Field(ge=1)] | None = Field(None, description="keep the best n")
+    return_documents: bool = False
+    x_question: Annotated[str, Field(pattern="^tq_.")] | RerankQuestion | None = Field(
+        None, description="the relevance question: a taught question's id or a noul "
+                          "(default: does the document answer or help with the query)")
+
+
+class RerankResult(BaseModel):
+    index: int
+    relevance_score: float = Field(ge=0, le=1, description="the probability of yes")
+    document: RerankDocument | None = None
+    x_taught: str | None = None
+
+
+class RerankResponse(BaseModel):
+    id: str = Field(description="the job that decoded it (GET /v1/jobs/{id})")
+    results: list[RerankResult] = Field(description="highest score first; ties: lower index")
+    meta: dict[str, Any]
+
+
+REQUEST_MODELS = (SystemOneRequest, JobRequest, BatchRequest, RerankRequestSchema)
 
 
 def request_body(model: type[BaseModel]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from decide.core.protocol import DecisionRequest
 from decide.core.questions import TAUGHT_FIELD, Question, ScoreQuestion
 from decide.core.readout import Readout, answer, taught_answer
 from decide.core.render import CHUNK_CHARS, render_state
+from decide.core.rerank import is_rerank
 from decide.core.rows import RowBuilder, RowPlan, RowReader, is_isolated
 from decide.core.taught import TaughtReadout, answer_keys, zero_shot_by_answer
 
@@ -199,7 +200,7 @@ class DecisionEngine:
         """Rows and tokens of a request; raises ``RequestTooLarge`` over any limit, found
         before the state is all rendered or a text all tokenized when it is far over."""
         rows = row_count(request.questions, self.profile)
-        if rows > self.limits.max_rows:
+        if rows > self.limits.max_rows and not is_rerank(request):
             raise RequestTooLarge(
                 f"the request needs {rows:,} rows and at most {self.limits.max_rows:,} are "
                 f"allowed ({ROWS_RULE[self.profile.readout]})")

@@ -93,10 +93,11 @@ def _encodable(text: str) -> bool:
     return True
 
 
-STORED_FIELDS = ("model", "state", "questions")
+STORED_FIELDS = ("model", "state", "questions", "x_rerank")
 """What a job keeps of its request: the fields a decision reads. Unknown top-level fields are
 ignored (SPEC §2.1) and so dropped before storage: a 30 MiB junk field is neither stored nor
-read again by every poll and list."""
+read again by every poll and list. ``x_rerank`` marks a rerank's decision
+(``decide.core.rerank``)."""
 
 
 def stored_request(body: dict[str, Any]) -> dict[str, Any]:

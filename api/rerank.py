@@ -1,0 +1,113 @@
+"""Rerank at the front door: a checked rerank request becomes one decision job, and the
+finished job becomes Cohere's v2 rerank response (``decide.core.rerank`` holds the pure part).
+
+Callable from Python beside the HTTP route: ``submit_rerank`` stores and queues the job (as
+``POST /v1/rerank`` with ``Prefer: respond-async`` does), ``rerank`` also waits for its end and
+answers Cohere's shape, and ``rerank_answer`` turns a finished job into it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from decide.api.context import ApiContext
+from decide.api.errors import ApiError
+from decide.api.submit import Accepted, accept
+from decide.api.waiting import wait_finished
+from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
+from decide.core.protocol import FOREGROUND
+from decide.core.rerank import RerankRequest, decision_body, parse_rerank, rerank_response
+from decide.store import jobs
+from decide.store import taught as taught_store
+
+_QUESTION = re.compile(r"question '(\d+)'")
+
+
+def _refused(msg: str, kind: str = "value_error") -> InvalidRequest:
+    return InvalidRequest(errors=[FieldError(loc=("x_question",), msg=msg, type=kind)])
+
+
+def relevance_question(ctx: ApiContext, owner: str,
+                       request: RerankRequest) -> tuple[dict[str, Any] | None, str | None]:
+    """The relevance noul's wire object (None: the default one) and the taught question that
+    answers it. A taught question named in ``x_question`` must be the caller's, ready, a noul,
+    and of the model asked (422 at ``x_question``); its own question is asked unless
+    ``x_question`` gave one."""
+    if request.taught is None:
+        return request.question, None
+    record = taught_store.get_taught(ctx.db, request.taught, owner)
+    if record is None:
+        raise _refused(f"no taught question {request.taught!r}", "not_found")
+    if record.status != taught_store.READY:
+        raise _refused(f"taught question {request.taught} is {record.status}, not ready; wait "
+                       "for it (GET /v1/questions/{id}?wait=30)")
+    model = ctx.model(request.model).name
+    if record.model != model:
+        raise _refused(f"taught question {request.taught} was taught on model "
+                       f"{record.model!r}, and this rerank asks model {model!r}")
+    if record.question.get("type") != "noul":
+        raise _refused(f"taught question {request.taught} is a {record.question.get('type')}; "
+                       "a relevance question must be a noul")
+    return (request.question or record.question), request.taught
+
+
+def _located(invalid: InvalidRequest) -> InvalidRequest:
+    """A decision's field errors where the rerank's caller put them: a document's question
+    at ``documents.<index>``, its ``x_taught`` at ``x_question``."""
+    errors = []
+    for error in invalid.errors:
+        loc = error.loc
+        if len(loc) >= 2 and loc[0] == "questions":
+            loc = (("x_question",) if loc[-1] == "x_taught" or not str(loc[1]).isdigit()
+                   else ("documents", int(loc[1])))
+        errors.append(FieldError(loc=loc, msg=error.msg, type=error.type, root=error.root))
+    return InvalidRequest(errors=errors)
+
+
+def submit_rerank(ctx: ApiContext, *, owner: str, request: RerankRequest,
+                  sync_call: bool) -> Accepted:
+    """Store and queue a rerank's decision job in the foreground lane (runs in a worker
+    thread: it tokenizes). Errors name the rerank's fields, a document by its index."""
+    question, taught = relevance_question(ctx, owner, request)
+    try:
+        return accept(ctx, owner=owner, body=decision_body(request, question, taught),
+                      priority=FOREGROUND, sync_call=sync_call)
+    except InvalidRequest as invalid:
+        raise _located(invalid) from None
+    except RequestTooLarge as large:
+        raise RequestTooLarge(_QUESTION.sub(r"document \1", str(large))
+                              + " (a rerank reads one row per document and its answer)") from None
+
+
+def rerank_answer(job: jobs.JobRecord, request: RerankRequest,
+                  sync_wait_seconds: float) -> dict[str, Any]:
+    """Cohere's response of a finished rerank job; its failure, cancel or timeout as the
+    errors ``POST /v1/systemone`` answers."""
+    headers = {"X-Job-Id": job.id}
+    if job.status == jobs.SUCCEEDED:
+        assert job.result is not None
+        return rerank_response(job.id, request, job.result["answers"])
+    if not job.finished:
+        raise ApiError(504, "timeout", f"the rerank is still {job.status} after "
+                       f"{sync_wait_seconds:g} s; poll GET /v1/jobs/{job.id}", headers=headers,
+                       job_id=job.id)
+    if job.status == jobs.CANCELLED:
+        raise ApiError(409, "cancelled", "the job was cancelled before it finished",
+                       headers=headers, job_id=job.id)
+    error = job.error or {}
+    raise ApiError(500, error.get("error_type", "internal_error"),
+                   error.get("message", "the rerank failed"), headers=headers, job_id=job.id)
+
+
+async def rerank(ctx: ApiContext, owner: str, body: Any) -> dict[str, Any]:
+    """A rerank body (Cohere's v2 shape) to Cohere's response: checked, decoded as one
+    foreground job the call waits for (up to the sync wait), as ``POST /v1/rerank`` does."""
+    request = parse_rerank(body)
+    accepted = await run_in_threadpool(submit_rerank, ctx, owner=owner, request=request,
+                                       sync_call=False)
+    wait = ctx.settings.sync_wait_seconds
+    finished = await wait_finished(ctx, accepted.job.id, owner, wait)
+    return rerank_answer(finished or accepted.job, request, wait)

@@ -1,0 +1,223 @@
+"""``POST /v1/rerank`` and ``/v2/rerank`` in-process: Cohere's shape, the order, ``top_n``,
+``return_documents``, ``x_question``, the limits and the 422s that name the field."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from decide.api.auth import PUBLIC_OWNER
+from decide.core.rerank import MAX_DOCUMENTS, RELEVANCE_QUESTION, RERANK_FIELD
+from decide.core.rows import Row
+from decide.core.taught import match_key, parse_taught_question
+from decide.llm.catalog import gguf_path, load_catalog
+from decide.llm.identity import model_identity
+from decide.store import job_reads
+from decide.store import taught as taught_store
+
+QUERY = "apple desserts"
+DOCUMENTS = ["a bicycle repair guide", "apple pie and apple crumble, apple tart",
+             {"text": "one apple cake"}, "the weather today", "apple apple"]
+"""By the marker reader below: 1 (three apples), 4 (two), 2 (one), then 0 and 3 tied."""
+
+
+@pytest.fixture
+def marked(open_door, tokenizer):
+    """The open door whose reader says yes more often the more times " apple" is in a
+    document's row, when the state is the query (the priors' content-free state: never)."""
+    marker = tokenizer.tokenize(" apple")[-1]
+    query_tokens = set(tokenizer.tokenize("Query: " + QUERY))
+    original = open_door.reader.read
+
+    def read(prefix: Sequence[int], rows: Sequence[Row],
+             before_row: Callable[[], None] | None = None, *,
+             hidden: dict[int, list[float]] | None = None) -> list[list[float]]:
+        out = original(prefix, rows, before_row, hidden=hidden)
+        over_query = marker in prefix and set(prefix) >= query_tokens
+        for index, row in enumerate(rows):
+            if row.option == 1:  # "yes"
+                count = row.suffix.count(marker) if over_query else 0
+                out[index] = [-2.0 + 2.0 * count, *out[index][1:]]
+        return out
+
+    open_door.reader.read = read  # type: ignore[method-assign]
+    return open_door
+
+
+def test_rerank_answers_cohere_shape_sorted_by_score(marked):
+    response = marked.client.post("/v1/rerank", json={
+        "model": "jev-latest", "query": QUERY, "documents": DOCUMENTS})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert [result["index"] for result in body["results"]] == [1, 4, 2, 0, 3]
+    scores = [result["relevance_score"] for result in body["results"]]
+    assert scores == sorted(scores, reverse=True) and scores[0] > scores[2] > scores[3]
+    assert scores[3] == scores[4]  # a tie keeps the lower index first
+    assert all(0 <= score <= 1 for score in scores)
+    assert all("document" not in result for result in body["results"])
+    assert body["meta"]["billed_units"] == {"search_units": 1}
+    assert response.headers["x-job-id"] == body["id"]
+    job = marked.client.get(f"/v1/jobs/{body['id']}").json()
+    assert job["status"] == "succeeded" and job["priority"] == "foreground"
+    assert set(job["result"]["answers"]) == {str(index) for index in range(len(DOCUMENTS))}
+
+
+def test_v2_path_top_n_and_return_documents(marked):
+    response = marked.client.post("/v2/rerank", json={
+        "model": "gemma-3-270m", "query": QUERY, "documents": DOCUMENTS, "top_n": 2,
+        "return_documents": True})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [(result["index"], result["document"]) for result in results] == [
+        (1, {"text": DOCUMENTS[1]}), (4, {"text": "apple apple"})]
+
+
+def test_a_score_depends_only_on_its_own_query_and_document(marked):
+    alone = marked.client.post("/v1/rerank", json={"query": QUERY,
+                                                   "documents": [DOCUMENTS[1]]}).json()
+    among = marked.client.post("/v1/rerank", json={"query": QUERY,
+                                                   "documents": DOCUMENTS[::-1]}).json()
+    score = {result["index"]: result["relevance_score"] for result in among["results"]}
+    assert alone["results"][0]["relevance_score"] == score[len(DOCUMENTS) - 2]
+
+
+def test_respond_async_answers_202_with_the_job(open_door):
+    open_door.worker.holding = True
+    response = open_door.client.post("/v1/rerank", headers={"Prefer": "respond-async"},
+                                     json={"query": "q", "documents": ["a", "b"]})
+    assert response.status_code == 202, response.text
+    job = response.json()
+    assert job["object"] == "job" and job["status"] == "queued"
+    assert response.headers["location"] == f"/v1/jobs/{job['id']}"
+    assert open_door.worker.release() == ["succeeded"]
+    done = open_door.client.get(f"/v1/jobs/{job['id']}").json()
+    assert set(done["result"]["answers"]) == {"0", "1"}
+
+
+def test_the_default_question_asks_each_document_after_the_query(open_door):
+    open_door.worker.holding = True
+    job = open_door.client.post("/v1/rerank", headers={"Prefer": "respond-async"}, json={
+        "query": "refund policy", "documents": ["Refunds take 5 days."]}).json()
+    stored = job_reads.get_job(open_door.db, job["id"], with_request=True).request
+    assert stored == {"model": None, "state": "Query: refund policy", RERANK_FIELD: True,
+                      "questions": {"0": {"type": "noul", "instructions":
+                                          "Document: Refunds take 5 days.\n\n"
+                                          + RELEVANCE_QUESTION}}}
+
+
+def test_x_question_gives_another_noul(open_door):
+    open_door.worker.holding = True
+    job = open_door.client.post("/v1/rerank", headers={"Prefer": "respond-async"}, json={
+        "query": "q", "documents": ["d"],
+        "x_question": {"instructions": "Does the document mention a price?",
+                       "criteria": {"true": "a number with a currency"}}}).json()
+    stored = job_reads.get_job(open_door.db, job["id"], with_request=True).request
+    question = stored["questions"]["0"]
+    assert question == {"type": "noul", "criteria": {"true": "a number with a currency"},
+                        "instructions": "Document: d\n\nDoes the document mention a price?"}
+
+
+def _ready_taught(door, settings, answers_yes: float) -> str:
+    """A ready taught noul of the open door's default model that answers every state with
+    the same probability (its weights zero, its bias the log-odds)."""
+    raw = {"type": "noul", "instructions": "Would this document solve the ticket?"}
+    question, _ = parse_taught_question(raw)
+    model = load_catalog(settings).get(None).name
+    record, _ = taught_store.create_taught(
+        door.db, owner=PUBLIC_OWNER, model=model, match_key=match_key(model, question),
+        question=raw, examples=[], from_labels=False, rows=0, input_tokens=0, example_count=0)
+    width = door.reader.width
+    identity = model_identity(gguf_path(load_catalog(settings).get(None), settings))
+    readout = {"version": 1, "kind": "softmax", "answers": ["no", "yes"],
+               "mean": [0.0] * width, "scale": [1.0] * width,
+               "weights": [[0.0] * width, [0.0] * width],
+               "bias": [0.0, math.log(answers_yes / (1 - answers_yes))], "thresholds": [],
+               "model_identity": identity, "uses_zero_shot": False}
+    assert taught_store.finish_fit(door.db, record.id, readout=readout, fit={},
+                                   model_identity=identity, error=None)
+    return record.id
+
+
+def test_x_question_names_a_taught_question(open_door, settings):
+    taught = _ready_taught(open_door, settings, 0.8)
+    response = open_door.client.post("/v1/rerank", json={
+        "query": "q", "documents": ["a", "b"], "x_question": taught})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [(result["index"], result["relevance_score"], result["x_taught"])
+            for result in results] == [(0, 0.8, taught), (1, 0.8, taught)]
+
+
+def test_an_unknown_taught_question_is_named(open_door):
+    response = open_door.client.post("/v1/rerank", json={
+        "query": "q", "documents": ["a"], "x_question": "tq_nothing"})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "x_question"]
+
+
+@pytest.mark.parametrize(("body", "loc"), [
+    ({"documents": ["a"]}, ["body", "query"]),
+    ({"query": "  ", "documents": ["a"]}, ["body", "query"]),
+    ({"query": "q"}, ["body", "documents"]),
+    ({"query": "q", "documents": []}, ["body", "documents"]),
+    ({"query": "q", "documents": "a"}, ["body", "documents"]),
+    ({"query": "q", "documents": ["a", 3]}, ["body", "documents", 1]),
+    ({"query": "q", "documents": ["a", {"text": None}]}, ["body", "documents", 1, "text"]),
+    ({"query": "q", "documents": ["a", " "]}, ["body", "documents", 1]),
+    ({"query": "q", "documents": ["a"], "top_n": 0}, ["body", "top_n"]),
+    ({"query": "q", "documents": ["a"], "top_n": "2"}, ["body", "top_n"]),
+    ({"query": "q", "documents": ["a"], "return_documents": "yes"},
+     ["body", "return_documents"]),
+    ({"query": "q", "documents": ["a"], "model": 7}, ["body", "model"]),
+    ({"query": "q", "documents": ["a"], "x_question": "relevant?"}, ["body", "x_question"]),
+    ({"query": "q", "documents": ["a"], "x_question": {"type": "choice"}},
+     ["body", "x_question", "type"]),
+    ({"query": "q", "documents": ["a"], "x_question": {"instructions": 5}},
+     ["body", "x_question", "instructions"]),
+])
+def test_a_bad_field_is_a_422_naming_it(open_door, body, loc):
+    response = open_door.client.post("/v1/rerank", json=body)
+    assert response.status_code == 422, response.text
+    assert loc in [error["loc"] for error in response.json()["detail"]]
+    assert open_door.worker.sent == []
+
+
+def test_an_unknown_model_is_a_404(open_door):
+    response = open_door.client.post("/v1/rerank", json={
+        "model": "rerank-v3.5", "query": "q", "documents": ["a"]})
+    assert response.status_code == 404
+    assert response.json()["detail"]["error_type"] == "not_found_error"
+
+
+def test_a_thousand_documents_are_taken_and_one_more_is_refused(open_door):
+    documents = [f"document {index}" for index in range(MAX_DOCUMENTS)]
+    taken = open_door.client.post("/v1/rerank", json={"query": "q", "documents": documents,
+                                                      "top_n": 3})
+    assert taken.status_code == 200, taken.text
+    body = taken.json()
+    assert len(body["results"]) == 3 and body["meta"]["billed_units"]["search_units"] == 10
+    refused = open_door.client.post("/v1/rerank", json={"query": "q",
+                                                        "documents": [*documents, "one more"]})
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["loc"] == ["body", "documents"]
+
+
+def test_a_document_over_the_row_limit_is_a_413_naming_it(open_door):
+    long = "word " * 40_000
+    response = open_door.client.post("/v1/rerank", json={"query": "q",
+                                                         "documents": ["short", long]})
+    assert response.status_code == 413, response.text
+    detail = response.json()["detail"]
+    assert detail["error_type"] == "request_too_large" and "document 1" in detail["message"]
+    assert open_door.worker.sent == []
+
+
+def test_the_row_limit_still_holds_for_a_decision_that_only_claims_to_be_a_rerank(open_door):
+    questions = {str(index): {"type": "choice", "instructions": "which?",
+                              "criteria": [f"o{n}" for n in range(100)]}
+                 for index in range(10)}
+    response = open_door.client.post("/v1/systemone", json={
+        "state": "s", "questions": questions, RERANK_FIELD: True})
+    assert response.status_code == 413
