@@ -1,0 +1,57 @@
+"""Cohere's official Python client (``cohere.ClientV2.rerank``) against a real keyed
+``decide serve``, unchanged: its base URL and key are all it is told."""
+
+from __future__ import annotations
+
+import cohere
+import pytest
+
+from tests.api.conftest import Server
+
+KEY = "key-cohere"
+QUERY = "How do I get a refund for a duplicate charge?"
+DOCUMENTS = [
+    "Our office is closed on public holidays.",
+    "If you were charged twice, open Billing, pick the duplicate charge and press Refund; "
+    "the money is back within five days.",
+    "The mobile app supports dark mode on Android and iOS.",
+    "Refunds for duplicate charges are issued to the original card.",
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    started = Server(tmp_path_factory.mktemp("cohere-server"), {"DECIDE_API_KEYS": KEY})
+    yield started
+    started.stop()
+
+
+def test_cohere_client_reranks_unchanged(server):
+    client = cohere.ClientV2(base_url=server.url, api_key=KEY, timeout=120)
+    response = client.rerank(model="gemma-3-270m", query=QUERY, documents=DOCUMENTS, top_n=3)
+    scores = [result.relevance_score for result in response.results]
+    assert len(response.results) == 3
+    assert scores == sorted(scores, reverse=True)
+    assert all(0 <= score <= 1 for score in scores)
+    assert len({result.index for result in response.results}) == 3
+    assert response.meta.billed_units.search_units == 1
+    # the same numbers, whole, as the HTTP API answers them (and the job that made them)
+    with server.client(KEY) as http:
+        whole = http.post("/v1/rerank", json={"model": "gemma-3-270m", "query": QUERY,
+                                              "documents": DOCUMENTS}).json()
+        job = http.get(f"/v1/jobs/{response.id}").json()
+    assert [(result.index, result.relevance_score) for result in response.results] == [
+        (result["index"], result["relevance_score"]) for result in whole["results"][:3]]
+    assert job["status"] == "succeeded" and job["priority"] == "foreground"
+    by_index = {result["index"]: result["relevance_score"] for result in whole["results"]}
+    assert by_index == {int(key): answer["noul"]
+                        for key, answer in job["result"]["answers"].items()}
+
+
+def test_cohere_client_sees_a_wrong_key_and_a_bad_request(server):
+    with pytest.raises(cohere.UnauthorizedError):
+        cohere.ClientV2(base_url=server.url, api_key="wrong").rerank(
+            model="gemma-3-270m", query=QUERY, documents=DOCUMENTS)
+    with pytest.raises(cohere.UnprocessableEntityError):
+        cohere.ClientV2(base_url=server.url, api_key=KEY).rerank(
+            model="gemma-3-270m", query=QUERY, documents=[])
