@@ -12,6 +12,7 @@ from decide.api.app import create_app
 from decide.api.auth import Authenticator
 from decide.api.backlog import LaneBacklog
 from decide.api.context import ApiContext
+from decide.api.mcp_door import install_mcp
 from decide.api.quotas import Quotas
 from decide.config.settings import Settings
 from decide.core.engine import DecisionEngine
@@ -47,15 +48,18 @@ def api_context(settings: Settings, db: Database, catalog: Catalog, queue: JobQu
 
 
 def app_for(context: ApiContext, on_shutdown: Callable[[], None]) -> FastAPI:
-    """The app; on shutdown its metrics collector goes, ``on_shutdown`` runs, the pool closes."""
+    """The app, with the MCP tools at ``/mcp`` (their session manager runs while it serves);
+    on shutdown its metrics collector goes, ``on_shutdown`` runs, the pool closes."""
+    app = create_app(context)
+    mcp_sessions = install_mcp(app, sorted(context.catalog.models))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
+        async with mcp_sessions.run():
+            yield
         context.metrics.close()
         on_shutdown()
         context.db.dispose()
 
-    app = create_app(context)
     app.router.lifespan_context = lifespan
     return app

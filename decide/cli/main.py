@@ -128,6 +128,10 @@ def _add_service_commands(commands: Any) -> None:
     serve.set_defaults(handler=_in_service("serve"))
     migrate = commands.add_parser("migrate", help="apply the database migrations")
     migrate.set_defaults(handler=_in_service("migrate"))
+    mcp = commands.add_parser("mcp", help="the MCP tools (decide, submit_job, get_job) over "
+                              "stdio for an agent: through --url, or in-process")
+    add_service_args(mcp, os.environ.get("DECIDE_URL"))
+    mcp.set_defaults(handler=_in_service("mcp"))
     keys = commands.add_parser("keys", help="API keys in a file (DECIDE_API_KEYS_FILE)")
     keys.add_argument("action", choices=["ensure"],
                       help="ensure: write one fresh key to FILE unless it holds keys, and "
@@ -204,7 +208,8 @@ def _decodes_in_process(args: argparse.Namespace) -> bool:
     """Commands that load a model here: they decode with the build the runners use."""
     if args.command == "run":
         return not args.url and not args.rows
-    return args.command == "calibrate" or (args.command in ("eval", "teach") and not args.url)
+    return args.command == "calibrate" or (args.command in ("eval", "teach", "mcp")
+                                            and not args.url)
 
 
 def describe(error: Exception) -> str:

@@ -229,12 +229,19 @@ def teach_in_process(question: dict[str, Any], examples: list[dict[str, Any]],
     return figures
 
 
+def mcp_command(args: argparse.Namespace) -> int:
+    """``decide mcp``: the mcp SDK is imported only for this command."""
+    from decide.cli.mcp_stdio import mcp_command as serve_tools
+
+    return serve_tools(args)
+
+
 _loaded_engines: dict[str | None, Any] = {}
 """Models ``teach_in_process`` loaded, kept for the command's other questions."""
 
 SERVER_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "calibrate": calibrate_command, "models": models_command, "serve": serve_command,
     "migrate": migrate_command, "keys": keys_command, "check": check_command,
-    "worker": worker_command,
+    "worker": worker_command, "mcp": mcp_command,
 }
 """The commands of this module by name, for ``decide.cli.main``'s parser (``_in_service``)."""

@@ -1,0 +1,121 @@
+"""``/mcp``: the MCP tools over streamable HTTP on the front door, behind the API keys.
+
+A call without a valid key is answered 401 before the MCP session manager sees it, in the
+shape of every other 401. The tools act as the key's owner through the routes' own functions
+(``accept``, ``wait_finished``, ``owned_job``), so a job a tool creates belongs to that key and
+is read, listed and billed like one created over ``POST /v1/jobs``.
+
+The session manager is stateless (each POST is its own session, answered as JSON), so any of
+several front-door processes can answer any call; it runs for the app's lifespan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from decide.api import mcp_tools
+from decide.api.context import ApiContext
+from decide.api.errors import ApiError, not_found
+from decide.api.mcp_server import ToolFailure, build_server
+from decide.api.submit import accept, owned_job
+from decide.api.views import job_view, sync_response
+from decide.api.waiting import wait_finished
+from decide.store import jobs, submission
+from decide.store.db import DATABASE_AWAY
+
+PATH = "/mcp"
+OWNER_STATE = "decide_owner"
+"""Where the door leaves the caller's owner id in the request's state for the tools."""
+
+
+@dataclass(frozen=True)
+class FrontDoorTools:
+    """The tools as one key's owner, through the functions the routes use."""
+
+    ctx: ApiContext
+    owner: str
+
+    async def decide(self, body: dict[str, Any], priority: str) -> dict[str, Any]:
+        """As ``POST /v1/systemone``: a job the call waits for, up to the sync wait."""
+        accepted = await run_in_threadpool(accept, self.ctx, owner=self.owner, body=body,
+                                           priority=priority, sync_call=True)
+        job = accepted.job
+        try:
+            finished = await wait_finished(self.ctx, job.id, self.owner,
+                                           self.ctx.settings.sync_wait_seconds)
+        finally:
+            with contextlib.suppress(*DATABASE_AWAY):
+                await run_in_threadpool(submission.leave_sync_waiter, self.ctx.db, job.id)
+        job = finished or job
+        if job.status == jobs.SUCCEEDED:
+            return sync_response(job)
+        if not job.finished:
+            raise ToolFailure(f"timeout: the decision is still {job.status} after "
+                              f"{self.ctx.settings.sync_wait_seconds:g} s; get_job with id "
+                              f"{job.id!r} and a wait answers it when it has finished")
+        if job.status == jobs.CANCELLED:
+            raise ToolFailure(f"cancelled: job {job.id} was cancelled before it finished")
+        error = job.error or {}
+        raise ToolFailure(f"{error.get('error_type', 'internal_error')}: "
+                          f"{error.get('message', 'the decision failed')} (job {job.id})")
+
+    async def submit_job(self, job: mcp_tools.JobArguments) -> dict[str, Any]:
+        accepted = await run_in_threadpool(
+            accept, self.ctx, owner=self.owner, body=job.body, priority=job.priority,
+            metadata=job.metadata, idempotency_key=job.idempotency_key)
+        return job_view(accepted.job)
+
+    async def get_job(self, job_id: str, wait: float | None) -> dict[str, Any]:
+        if not wait:
+            return job_view(await run_in_threadpool(owned_job, self.ctx, job_id, self.owner))
+        found = await wait_finished(self.ctx, job_id, self.owner, wait)
+        if found is None:
+            raise not_found(f"no job {job_id!r}")
+        return job_view(found)
+
+
+def tools_of(request: Request | None) -> FrontDoorTools:
+    """The backend of one call: the app's context, as the owner the door authenticated."""
+    if request is None:  # the door only ever hands the manager HTTP requests
+        raise ToolFailure("internal_error: an MCP call reached the front door without HTTP")
+    return FrontDoorTools(ctx=request.app.state.context, owner=getattr(request.state, OWNER_STATE))
+
+
+class McpDoor:
+    """The ASGI endpoint of ``/mcp``: the key checked, then the session manager."""
+
+    def __init__(self, manager: StreamableHTTPSessionManager) -> None:
+        self.manager = manager
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        context: ApiContext = request.app.state.context
+        try:
+            owner = context.auth.owner_of(request)
+        except ApiError as error:
+            refusal = JSONResponse(status_code=error.status, headers=error.headers, content={
+                "detail": {"error_type": error.error_type, "message": error.message}})
+            await refusal(scope, receive, send)
+            return
+        scope.setdefault("state", {})[OWNER_STATE] = owner
+        await self.manager.handle_request(scope, receive, send)
+
+
+def install_mcp(app: FastAPI, model_names: list[str]) -> StreamableHTTPSessionManager:
+    """Route ``/mcp`` to the tools; the session manager returned must run for the app's
+    lifespan (``async with manager.run()``: ``launch.common.app_for`` does)."""
+    manager = StreamableHTTPSessionManager(build_server(tools_of, model_names),
+                                           stateless=True, json_response=True)
+    app.router.routes.append(Route(PATH, endpoint=McpDoor(manager),
+                                   methods=["GET", "POST", "DELETE"]))
+    return manager

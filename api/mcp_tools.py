@@ -1,0 +1,139 @@
+"""The MCP tools (issue 25): what each is called, what it takes and answers, and the checks of
+its arguments.
+
+The input and output schemas are the OpenAPI models of ``api.schemas`` (the wire the HTTP API
+takes and answers), so a tool and its route describe one shape. The arguments are checked by
+the same code as a route's body (``decide.core.protocol``, ``api.submit``): a bad argument is
+an ``InvalidRequest`` whose text names the field and says what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from decide.api.errors import invalid
+from decide.api.schemas import (
+    JobRequest,
+    JobSchema,
+    SystemOneRequest,
+    SystemOneResponse,
+    model_property,
+)
+from decide.api.submit import checked_metadata, checked_priority
+from decide.core.protocol import FOREGROUND, MAX_WAIT_SECONDS, parse_request
+
+IDEMPOTENCY_KEY_MAX = 255
+"""As the ``Idempotency-Key`` header of ``POST /v1/jobs``."""
+
+
+class SubmitJobArguments(JobRequest):
+    idempotency_key: str | None = Field(
+        None, min_length=1, max_length=IDEMPOTENCY_KEY_MAX,
+        description="the same key and the same arguments return the same job "
+                    "(the Idempotency-Key header of POST /v1/jobs)")
+
+
+class GetJobArguments(BaseModel):
+    id: str = Field(min_length=1, description="the job's id (job_…)")
+    wait: float | None = Field(None, ge=0, le=MAX_WAIT_SECONDS,
+                               description="hold the call until the job has finished or this "
+                                           "many seconds have passed (GET /v1/jobs/{id}?wait=)")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    arguments: type[BaseModel]
+    answer: type[BaseModel] | None
+
+
+DECIDE = ToolSpec("decide", (
+    "Answer typed questions about a state (text, or any JSON) with probabilities read from one "
+    "forward pass of a language model; nothing is generated. Question types: choice (pick one "
+    "of 2-255 named options), noul (the probability of yes), score (the expected level among "
+    "2-10 ordered levels). Answers the System One response: one answer per question id."),
+    SystemOneRequest, SystemOneResponse)
+SUBMIT_JOB = ToolSpec("submit_job", (
+    "Queue the same request as `decide` as a job and answer at once with the job (its id, "
+    "status queued). Background priority by default; poll it with get_job."),
+    SubmitJobArguments, JobSchema)
+GET_JOB = ToolSpec("get_job", (
+    "A job by id: its status and, once succeeded, its result (the System One response). "
+    "`wait` holds the call up to 60 s until the job has finished."),
+    GetJobArguments, JobSchema)
+
+TOOLS: tuple[ToolSpec, ...] = (DECIDE, SUBMIT_JOB, GET_JOB)
+
+
+def input_schema(spec: ToolSpec, model_names: list[str] | None = None) -> dict[str, Any]:
+    """The tool's argument object as JSON Schema; ``model_names``: the ``model`` field names
+    the configured models (as ``/openapi.json`` does)."""
+    schema = spec.arguments.model_json_schema()
+    if model_names is not None and "model" in schema["properties"]:
+        schema["properties"]["model"] = model_property(model_names)
+    return schema
+
+
+def output_schema(spec: ToolSpec) -> dict[str, Any] | None:
+    return None if spec.answer is None else spec.answer.model_json_schema(mode="serialization")
+
+
+def _object(arguments: Any) -> dict[str, Any]:
+    if not isinstance(arguments, dict):
+        raise invalid("arguments", [], "the arguments must be a JSON object", "dict_type")
+    return arguments
+
+
+def decide_request(arguments: Any) -> tuple[dict[str, Any], str]:
+    """(the System One body, its lane) of ``decide``'s arguments, checked as
+    ``POST /v1/systemone`` checks its body."""
+    body = _object(arguments)
+    priority = checked_priority(body.get("x_priority", FOREGROUND), "x_priority")
+    parse_request(body)
+    return body, priority
+
+
+@dataclass(frozen=True)
+class JobArguments:
+    body: dict[str, Any]
+    """The System One request, without the job's own fields."""
+    priority: str
+    metadata: dict[str, Any] | None
+    idempotency_key: str | None
+
+
+JOB_FIELDS = ("priority", "metadata", "idempotency_key")
+
+
+def job_arguments(arguments: Any) -> JobArguments:
+    """``submit_job``'s arguments, checked as ``POST /v1/jobs`` checks its body and header."""
+    given = _object(arguments)
+    priority = checked_priority(given.get("priority", "background"), "priority")
+    metadata = checked_metadata(given.get("metadata"))
+    key = given.get("idempotency_key")
+    if key is not None and not (isinstance(key, str) and 0 < len(key) <= IDEMPOTENCY_KEY_MAX):
+        raise invalid("arguments", ["idempotency_key"],
+                      f"idempotency_key must be a string of 1 to {IDEMPOTENCY_KEY_MAX} "
+                      "characters", "string_type")
+    body = {name: value for name, value in given.items() if name not in JOB_FIELDS}
+    parse_request(body)
+    return JobArguments(body=body, priority=priority, metadata=metadata, idempotency_key=key)
+
+
+def get_job_arguments(arguments: Any) -> tuple[str, float | None]:
+    """(job id, wait) of ``get_job``; the wait as ``GET /v1/jobs/{id}?wait=`` bounds it."""
+    given = _object(arguments)
+    job_id = given.get("id")
+    if not isinstance(job_id, str) or not job_id:
+        raise invalid("arguments", ["id"], "id must be a job's id, a non-empty string",
+                      "missing" if job_id is None else "string_type")
+    wait = given.get("wait")
+    if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float)
+                             or not 0 <= wait <= MAX_WAIT_SECONDS):
+        raise invalid("arguments", ["wait"], f"wait must be a number of seconds from 0 to "
+                                             f"{MAX_WAIT_SECONDS:g}", "value_error")
+    return job_id, None if wait is None else float(wait)

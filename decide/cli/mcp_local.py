@@ -1,0 +1,164 @@
+"""``decide mcp`` without ``--url``: the tools answered by models loaded in this process, as
+``decide run`` answers (the same engine, the same bits).
+
+``decide`` decodes at once; ``submit_job`` keeps a job in this process's memory and decodes it
+on one background thread, in order; ``get_job`` reads it (with a wait). The engine is used by
+one thread at a time, so a ``decide`` waits at most for the job being decoded. Jobs are
+shaped as the service's, and forgotten when the process ends.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from decide.api import mcp_tools
+from decide.api.errors import invalid
+from decide.api.mcp_server import ToolFailure
+from decide.api.views import timestamp
+from decide.config.settings import Settings
+from decide.core.errors import ConfigError, DecideError
+from decide.core.protocol import DecisionRequest, parse_request
+from decide.llm.catalog import load_catalog
+from decide.llm.decoding import load_decoding_engine
+
+
+@dataclass
+class LocalJob:
+    id: str
+    priority: str
+    model: str
+    metadata: dict[str, Any] | None
+    rows: int
+    input_tokens: int
+    fingerprint: Any
+    """The arguments it was submitted with (an idempotency key's replay must match)."""
+    created_at: float = field(default_factory=time.time)
+    status: str = "queued"
+    started_at: float | None = None
+    finished_at: float | None = None
+    decode_ms: float | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, str] | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def view(self) -> dict[str, Any]:
+        """As ``GET /v1/jobs/{id}`` shows a job."""
+        def ms(start: float | None, end: float | None) -> float | None:
+            return None if start is None or end is None else round((end - start) * 1000, 1)
+
+        return {"id": self.id, "object": "job", "status": self.status,
+                "priority": self.priority, "model": self.model,
+                "created_at": timestamp(self.created_at),
+                "started_at": timestamp(self.started_at),
+                "finished_at": timestamp(self.finished_at), "metadata": self.metadata,
+                "result": self.result, "error": self.error,
+                "usage": {"input_tokens": self.input_tokens, "output_tokens": 0,
+                          "rows": self.rows},
+                "timings": {"queue_ms": ms(self.created_at, self.started_at),
+                            "decode_ms": self.decode_ms,
+                            "total_ms": ms(self.created_at, self.finished_at)}}
+
+
+class LocalTools:
+    """The tools over this process's models, each loaded on its first use."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self.catalog = load_catalog(self.settings)
+        self._loaded: dict[str, Any] = {}
+        self._engine_lock = threading.Lock()
+        self._jobs: dict[str, LocalJob] = {}
+        self._keys: dict[str, str] = {}
+        self._book = threading.Lock()
+        """Held while a job is accepted: a key's replay and its first use never race."""
+        self._line = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decide-mcp-job")
+
+    @property
+    def model_names(self) -> list[str]:
+        return sorted(self.catalog.models)
+
+    def close(self) -> None:
+        self._line.shutdown(cancel_futures=True)
+        for loaded in self._loaded.values():
+            loaded.close()
+
+    def _engine(self, request: DecisionRequest) -> Any:
+        """The engine of the model a request names (call with the engine lock held)."""
+        try:
+            config = self.catalog.get(request.model)
+        except ConfigError as error:
+            raise ToolFailure(f"not_found_error: {error}") from error
+        if config.name not in self._loaded:
+            self._loaded[config.name] = load_decoding_engine(config, self.settings)
+        return self._loaded[config.name].engine
+
+    def _decide_now(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = parse_request(body)
+        with self._engine_lock:
+            return self._engine(request).decide(request).to_wire()
+
+    async def decide(self, body: dict[str, Any], priority: str) -> dict[str, Any]:
+        return await anyio.to_thread.run_sync(self._decide_now, body)
+
+    def _accept(self, job: mcp_tools.JobArguments) -> LocalJob:
+        """Plan the job (its limits checked now, as the service checks them before storing),
+        keep it, and put it in line; an idempotency key's replay answers its job."""
+        with self._book:
+            fingerprint = (job.body, job.priority, job.metadata)
+            if job.idempotency_key in self._keys:
+                known = self._jobs[self._keys[job.idempotency_key]]
+                if known.fingerprint != fingerprint:
+                    raise invalid("arguments", ["idempotency_key"],
+                                  f"this idempotency_key was used for job {known.id} with other "
+                                  "arguments; use a new key for a new request",
+                                  "idempotency_conflict")
+                return known
+            request = parse_request(job.body)
+            with self._engine_lock:
+                engine = self._engine(request)
+                plan = engine.plan(request)
+            kept = LocalJob(id=f"job_{uuid.uuid4().hex[:24]}", priority=job.priority,
+                            model=engine.model_name, metadata=job.metadata, rows=plan.row_total,
+                            input_tokens=plan.input_tokens, fingerprint=fingerprint)
+            self._jobs[kept.id] = kept
+            if job.idempotency_key is not None:
+                self._keys[job.idempotency_key] = kept.id
+            self._line.submit(self._run, kept, request)
+            return kept
+
+    def _run(self, job: LocalJob, request: DecisionRequest) -> None:
+        job.status, job.started_at = "running", time.time()
+        try:
+            with self._engine_lock:
+                started = time.perf_counter()
+                decision = self._engine(request).decide(request)
+            job.decode_ms = round((time.perf_counter() - started) * 1000, 1)
+            job.result, job.status = decision.to_wire(), "succeeded"
+        except (DecideError, ToolFailure) as error:
+            job.error = {"error_type": getattr(error, "error_type", "decision_error"),
+                         "message": str(error)}
+            job.status = "failed"
+        except Exception as error:  # reported on the job, as a worker reports a failed decode
+            job.error = {"error_type": "internal_error", "message": repr(error)}
+            job.status = "failed"
+        finally:
+            job.finished_at = time.time()
+            job.done.set()
+
+    async def submit_job(self, job: mcp_tools.JobArguments) -> dict[str, Any]:
+        return (await anyio.to_thread.run_sync(self._accept, job)).view()
+
+    async def get_job(self, job_id: str, wait: float | None) -> dict[str, Any]:
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise ToolFailure(f"not_found_error: no job {job_id!r} (this process's jobs only)")
+        if wait and not job.done.is_set():
+            await anyio.to_thread.run_sync(job.done.wait, wait)
+        return job.view()

@@ -1,0 +1,95 @@
+"""``decide mcp``: the MCP tools over standard input and output, for an agent that starts the
+server itself (Claude Desktop, an agent framework's stdio client).
+
+With ``--url`` the tools go through a running service with the project's client, as the key
+``--api-key`` (default ``DECIDE_API_KEY``) owns; without it they answer in-process with a
+model loaded here (``decide.cli.mcp_local``), as ``decide run`` does. The tools, their schemas
+and the checks of their arguments are the front door's own (``decide.api.mcp_server``).
+Needs ``decide[server]``; nothing here is imported unless the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import asdict
+from typing import Any
+
+import anyio
+from mcp.server.stdio import stdio_server
+
+from decide.api import mcp_tools
+from decide.api.mcp_server import Backend, ToolFailure, build_server
+from decide.client import AsyncClient, Job
+from decide.client.errors import APIError
+
+
+def job_wire(job: Job) -> dict[str, Any]:
+    """The client's job as the wire carries it (``object`` after ``id``)."""
+    fields = asdict(job)
+    return {"id": fields.pop("id"), "object": "job", **fields}
+
+
+def refused(error: APIError) -> ToolFailure:
+    """The service's error answer in the words a tool error uses: ``error_type: message``."""
+    return ToolFailure(f"{error.error_type or 'error'}: {error.message}")
+
+
+class RemoteTools:
+    """The tools through a running service: ``POST /v1/systemone``, ``POST /v1/jobs`` and
+    ``GET /v1/jobs/{id}`` with the project's ``AsyncClient`` (its retries of 503 and 429)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+
+    async def decide(self, body: dict[str, Any], priority: str) -> dict[str, Any]:
+        try:
+            decision = await self.client.decide(body["state"], body["questions"],
+                                                model=body.get("model"), priority=priority)
+        except APIError as error:
+            raise refused(error) from error
+        return decision.raw
+
+    async def submit_job(self, job: mcp_tools.JobArguments) -> dict[str, Any]:
+        try:
+            submitted = await self.client.submit(
+                job.body["state"], job.body["questions"], model=job.body.get("model"),
+                priority=job.priority, metadata=job.metadata,
+                idempotency_key=job.idempotency_key)
+        except APIError as error:
+            raise refused(error) from error
+        return job_wire(submitted)
+
+    async def get_job(self, job_id: str, wait: float | None) -> dict[str, Any]:
+        try:
+            return job_wire(await self.client.job(job_id, wait=wait))
+        except APIError as error:
+            raise refused(error) from error
+
+
+async def serve(backend: Backend, model_names: list[str] | None = None) -> None:
+    """Serve the tools on standard input and output until the client closes them."""
+    server = build_server(lambda _: backend, model_names)
+    async with stdio_server() as (reading, writing):
+        await server.run(reading, writing, server.create_initialization_options())
+
+
+def mcp_command(args: argparse.Namespace) -> int:
+    # standard output is the protocol's: anything the service logs goes to standard error
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    if args.url:
+        async def remote() -> None:
+            async with AsyncClient(args.url, api_key=args.api_key,
+                                   timeout=args.timeout) as client:
+                await serve(RemoteTools(client))
+
+        anyio.run(remote)
+        return 0
+    from decide.cli.mcp_local import LocalTools  # loads llama_cpp: after main chose its build
+
+    tools = LocalTools()
+    try:
+        anyio.run(serve, tools, tools.model_names)
+    finally:
+        tools.close()
+    return 0

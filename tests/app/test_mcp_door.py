@@ -1,0 +1,96 @@
+"""``/mcp`` in-process: MCP's JSON-RPC over streamable HTTP behind the API keys. A call without
+a valid key is a 401 like any route's; a keyed call lists the four tools and calls them as
+that key's owner (a job a tool submits is the key's, and no other key's); a bad argument is a
+tool error naming the field. (The SDK's own client against a real ``decide serve``:
+``tests/api/test_mcp.py``.)"""
+
+from __future__ import annotations
+
+import json
+from itertools import count
+
+from tests.app.conftest import KEYS
+
+ALPHA, BETA, _ = KEYS
+NOUL = {"type": "noul", "instructions": "Is it a refund request?"}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+_ids = count(1)
+
+
+def rpc(door, method: str, params: dict | None = None, key: str | None = ALPHA):
+    headers = {**ACCEPT, **(door.keyed(key) if key else {})}
+    message = {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params or {}}
+    return door.client.post("/mcp", headers=headers, json=message)
+
+
+def call(door, tool: str, arguments: dict, key: str = ALPHA) -> dict:
+    response = rpc(door, "tools/call", {"name": tool, "arguments": arguments}, key)
+    assert response.status_code == 200, response.text
+    return response.json()["result"]
+
+
+def test_an_unkeyed_or_wrongly_keyed_call_is_refused(front_door):
+    for key in (None, "not-a-key"):
+        refused = rpc(front_door, "tools/list", key=key)
+        assert refused.status_code == 401
+        assert refused.json()["detail"]["error_type"] == "authentication_error"
+        assert refused.headers["www-authenticate"] == "Bearer"
+
+
+def test_a_keyed_call_lists_the_tools_with_the_wire_schemas(front_door):
+    listed = rpc(front_door, "tools/list")
+    assert listed.status_code == 200, listed.text
+    tools = {tool["name"]: tool for tool in listed.json()["result"]["tools"]}
+    assert {"decide", "submit_job", "get_job"} <= set(tools)
+    decide = tools["decide"]["inputSchema"]
+    assert decide["required"] == ["state", "questions"]
+    assert "gemma-3-270m" in decide["properties"]["model"]["anyOf"][0]["enum"]
+    assert tools["get_job"]["inputSchema"]["required"] == ["id"]
+    assert tools["submit_job"]["outputSchema"]["title"] == "JobSchema"
+
+
+def test_decide_answers_the_system_one_response(front_door):
+    result = call(front_door, "decide", {"state": "Charged twice, refund please.",
+                                         "questions": {"refund": NOUL}})
+    assert result["isError"] is False
+    answer = result["structuredContent"]
+    assert 0 <= answer["answers"]["refund"]["noul"] <= 1
+    assert json.loads(result["content"][0]["text"]) == answer
+    job = front_door.client.get(f"/v1/jobs/{answer['x_job_id']}", headers=front_door.keyed(ALPHA))
+    assert job.status_code == 200 and job.json()["priority"] == "foreground"
+
+
+def test_a_submitted_job_belongs_to_the_key_that_called(front_door):
+    job = call(front_door, "submit_job", {"state": "s", "questions": {"r": NOUL},
+                                          "metadata": {"ticket": 7}})["structuredContent"]
+    assert job["object"] == "job" and job["priority"] == "background"
+    assert job["metadata"] == {"ticket": 7}
+    mine = front_door.client.get(f"/v1/jobs/{job['id']}", headers=front_door.keyed(ALPHA))
+    assert mine.status_code == 200
+    assert front_door.client.get(f"/v1/jobs/{job['id']}",
+                                 headers=front_door.keyed(BETA)).status_code == 404
+    read = call(front_door, "get_job", {"id": job["id"], "wait": 5})["structuredContent"]
+    assert read["status"] == "succeeded" and "noul" in read["result"]["answers"]["r"]
+    theirs = call(front_door, "get_job", {"id": job["id"]}, key=BETA)
+    assert theirs["isError"] is True
+    assert theirs["content"][0]["text"].startswith("not_found_error: no job")
+
+
+def test_a_bad_argument_is_a_tool_error_naming_the_field(front_door):
+    cases = {
+        ("decide", "questions.q.criteria"): {"state": "s", "questions": {"q": {
+            "type": "choice", "instructions": "Which?", "criteria": ["only one"]}}},
+        ("decide", "x_priority"): {"state": "s", "questions": {"r": NOUL},
+                                   "x_priority": "urgent"},
+        ("submit_job", "metadata"): {"state": "s", "questions": {"r": NOUL}, "metadata": 3},
+        ("get_job", "wait"): {"id": "job_x", "wait": 600},
+        ("get_job", "id"): {"wait": 1},
+    }
+    for (tool, field), arguments in cases.items():
+        result = call(front_door, tool, arguments)
+        assert result["isError"] is True, (tool, field)
+        text = result["content"][0]["text"]
+        assert text.startswith(f"invalid arguments: {field}: "), text
+    unknown = call(front_door, "decide", {"state": "s", "questions": {"r": NOUL},
+                                          "model": "nope"})
+    assert unknown["isError"] and "unknown model 'nope'" in unknown["content"][0]["text"]
