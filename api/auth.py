@@ -15,6 +15,9 @@ from fastapi import Request
 from decide.api.errors import ApiError
 
 PUBLIC_OWNER = "public"
+WHERE_A_KEY_GOES = ("send 'Authorization: Bearer <key>'; decide's client and command line "
+                    "read the key from DECIDE_API_KEY")
+"""Said by every 401, so a caller who has a key learns where it goes."""
 
 
 def key_id(key: str) -> str:
@@ -49,13 +52,14 @@ class Authenticator:
             key = request.headers.get("x-api-key", "")
         if not key.strip():
             raise ApiError(401, "authentication_error",
-                           "an API key is required: send 'Authorization: Bearer <key>'",
+                           f"an API key is required: {WHERE_A_KEY_GOES}",
                            headers={"WWW-Authenticate": "Bearer"})
         presented = hashlib.sha256(key.strip().encode()).digest()
         matched = False
         for digest in self._digests:  # every digest compared: no early exit to time
             matched |= hmac.compare_digest(presented, digest)
         if not matched:
-            raise ApiError(401, "authentication_error", "the API key is not valid",
+            raise ApiError(401, "authentication_error",
+                           f"the API key is not one of this service's keys: {WHERE_A_KEY_GOES}",
                            headers={"WWW-Authenticate": "Bearer"})
         return key_id(key.strip())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 
 class UsageError(Exception):
@@ -26,3 +27,18 @@ def add_service_args(command: argparse.ArgumentParser, url_default: str | None) 
 
 def show_progress(done: int, total: int) -> None:
     print(f"\r{done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+
+
+def where_decide_is(executable: str = sys.executable, path: str | None = None,
+                    cwd: Path | None = None) -> str:
+    """How to reach this ``decide``: its script beside ``executable`` (the virtual
+    environment's bin folder, relative to ``cwd`` where it lies below it), and, when that
+    folder is not on ``path`` (``PATH``), that it must be named so or activated first."""
+    folder = Path(executable).parent
+    here = Path.cwd() if cwd is None else cwd
+    shown = folder.relative_to(here) if folder.is_relative_to(here) else folder
+    searched = (os.environ.get("PATH", "") if path is None else path).split(os.pathsep)
+    if any(entry and Path(entry) == folder for entry in searched):
+        return "the command line is `decide` (on your PATH)"
+    return (f"the command line is `{shown / 'decide'}` (not on your PATH), or "
+            f"`source {shown / 'activate'}` first and then `decide`")

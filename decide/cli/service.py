@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from decide.cli.common import UsageError, show_progress
+from decide.cli.common import UsageError, show_progress, where_decide_is
 from decide.cli.exposure import open_beyond_loopback, open_warning, refusal
 from decide.config.keys_file import ensure_keys
 from decide.config.settings import Settings
@@ -116,10 +116,15 @@ def models_command(_: argparse.Namespace | None = None) -> int:
 def keys_command(args: argparse.Namespace) -> int:
     key = ensure_keys(args.file)
     if key is None:
-        print(f"{args.file} already holds API keys (they are not shown again)")
+        print(f"{args.file} already holds API keys (they are not shown again); decide's "
+              f"client and command line read yours from DECIDE_API_KEY; "
+              f"{where_decide_is()}")
     else:
         print(f"A new API key, written to {args.file} and shown only this once:\n\n  {key}\n\n"
-              f"Send it as 'Authorization: Bearer <key>' (TYPESAFE_API_KEY for the SDK).")
+              f"decide's client and command line read it from DECIDE_API_KEY:\n\n"
+              f"  export DECIDE_API_KEY={key}\n\n"
+              f"HTTP calls send it as 'Authorization: Bearer <key>' (TypeSafe's SDK reads "
+              f"TYPESAFE_API_KEY); {where_decide_is()}.")
     return 0
 
 

@@ -19,10 +19,12 @@ from decide.core.protocol import MAX_WAIT_SECONDS
 
 
 class AsyncClient:
+    """``Client``'s calls as coroutines; ``api_key`` None reads ``DECIDE_API_KEY`` too."""
+
     def __init__(self, base_url: str = "http://127.0.0.1:8000", api_key: str | None = None,
                  timeout: float = 120.0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = calls.auth_headers(api_key)
         self.timeout = timeout
         self._http = httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers,
                                        timeout=timeout, transport=transport)

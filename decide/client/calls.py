@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import os
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -17,6 +18,16 @@ DEFAULT_RETRY_SECONDS = 1.0
 
 Reply = tuple[Any, httpx.Headers]
 """A call's checked body and the headers it came with."""
+
+API_KEY_VARIABLE = "DECIDE_API_KEY"
+"""Where the clients (and the command line) find the key when none is given."""
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The key's header: ``api_key``, or ``DECIDE_API_KEY`` when it is None; none when the
+    key is empty (``api_key=""`` sends no key whatever the environment holds)."""
+    key = os.environ.get(API_KEY_VARIABLE) if api_key is None else api_key
+    return {"Authorization": f"Bearer {key.strip()}"} if key and key.strip() else {}
 
 
 def decide_body(state: Any, questions: Mapping[str, Any], model: str | None,

@@ -18,11 +18,12 @@ from decide.core.protocol import MAX_WAIT_SECONDS
 
 class Client:
     """``Client(base_url, api_key=None, timeout=120)``: every call (retries included) ends
-    within ``timeout`` seconds; 503 and 429 are retried after their ``Retry-After``."""
+    within ``timeout`` seconds; 503 and 429 are retried after their ``Retry-After``. With
+    ``api_key`` None the key is read from ``DECIDE_API_KEY`` (``""``: no key)."""
 
     def __init__(self, base_url: str = "http://127.0.0.1:8000", api_key: str | None = None,
                  timeout: float = 120.0, transport: httpx.BaseTransport | None = None) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = calls.auth_headers(api_key)
         self.timeout = timeout
         self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers,
                                   timeout=timeout, transport=transport)
