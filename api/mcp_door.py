@@ -27,6 +27,7 @@ from decide.api import mcp_tools
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError, not_found
 from decide.api.mcp_server import ToolFailure, build_server
+from decide.api.rerank import rerank
 from decide.api.submit import accept, owned_job
 from decide.api.views import job_view, sync_response
 from decide.api.waiting import wait_finished
@@ -68,6 +69,10 @@ class FrontDoorTools:
         error = job.error or {}
         raise ToolFailure(f"{error.get('error_type', 'internal_error')}: "
                           f"{error.get('message', 'the decision failed')} (job {job.id})")
+
+    async def rerank(self, body: dict[str, Any]) -> dict[str, Any]:
+        """As ``POST /v1/rerank``: the route's own function."""
+        return await rerank(self.ctx, self.owner, body)
 
     async def submit_job(self, job: mcp_tools.JobArguments) -> dict[str, Any]:
         accepted = await run_in_threadpool(

@@ -27,8 +27,8 @@ log = logging.getLogger("decide.mcp")
 SERVER_NAME = "decide"
 SERVER_VERSION = "0.1.0"
 INSTRUCTIONS = ("Typed decisions with calibrated probabilities: call `decide` with a state and "
-                "questions (choice, noul, score); `submit_job` and `get_job` for work that "
-                "can wait.")
+                "questions (choice, noul, score), `rerank` to sort documents by relevance to a "
+                "query; `submit_job` and `get_job` for work that can wait.")
 
 
 class ToolFailure(Exception):
@@ -40,6 +40,9 @@ class Backend(Protocol):
 
     async def decide(self, body: dict[str, Any], priority: str) -> dict[str, Any]:
         """The System One response."""
+
+    async def rerank(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Cohere's v2 rerank response, as ``POST /v1/rerank`` answers it."""
 
     async def submit_job(self, job: mcp_tools.JobArguments) -> dict[str, Any]:
         """The job as ``POST /v1/jobs`` answers it."""
@@ -53,6 +56,8 @@ async def dispatch(backend: Backend, name: str, arguments: Any) -> dict[str, Any
     unknown tool."""
     if name == mcp_tools.DECIDE.name:
         return await backend.decide(*mcp_tools.decide_request(arguments))
+    if name == mcp_tools.RERANK.name:
+        return await backend.rerank(mcp_tools.rerank_arguments(arguments))
     if name == mcp_tools.SUBMIT_JOB.name:
         return await backend.submit_job(mcp_tools.job_arguments(arguments))
     if name == mcp_tools.GET_JOB.name:

@@ -18,12 +18,15 @@ from decide.api.errors import invalid
 from decide.api.schemas import (
     JobRequest,
     JobSchema,
+    RerankRequestSchema,
+    RerankResponse,
     SystemOneRequest,
     SystemOneResponse,
     model_property,
 )
 from decide.api.submit import checked_metadata, checked_priority
 from decide.core.protocol import FOREGROUND, MAX_WAIT_SECONDS, parse_request
+from decide.core.rerank import MAX_DOCUMENTS, parse_rerank
 
 IDEMPOTENCY_KEY_MAX = 255
 """As the ``Idempotency-Key`` header of ``POST /v1/jobs``."""
@@ -57,6 +60,12 @@ DECIDE = ToolSpec("decide", (
     "of 2-255 named options), noul (the probability of yes), score (the expected level among "
     "2-10 ordered levels). Answers the System One response: one answer per question id."),
     SystemOneRequest, SystemOneResponse)
+RERANK = ToolSpec("rerank", (
+    "Sort documents by relevance to a query (Cohere's v2 rerank: query, documents, top_n). "
+    "Each score is the probability of yes to a relevance question about (query, document), "
+    f"each a function of its own pair; up to {MAX_DOCUMENTS:,} documents. x_question may name a "
+    "taught question (tq_…) or give another noul for what relevant means."),
+    RerankRequestSchema, RerankResponse)
 SUBMIT_JOB = ToolSpec("submit_job", (
     "Queue the same request as `decide` as a job and answer at once with the job (its id, "
     "status queued). Background priority by default; poll it with get_job."),
@@ -66,7 +75,7 @@ GET_JOB = ToolSpec("get_job", (
     "`wait` holds the call up to 60 s until the job has finished."),
     GetJobArguments, JobSchema)
 
-TOOLS: tuple[ToolSpec, ...] = (DECIDE, SUBMIT_JOB, GET_JOB)
+TOOLS: tuple[ToolSpec, ...] = (DECIDE, RERANK, SUBMIT_JOB, GET_JOB)
 
 
 def input_schema(spec: ToolSpec, model_names: list[str] | None = None) -> dict[str, Any]:
@@ -95,6 +104,13 @@ def decide_request(arguments: Any) -> tuple[dict[str, Any], str]:
     priority = checked_priority(body.get("x_priority", FOREGROUND), "x_priority")
     parse_request(body)
     return body, priority
+
+
+def rerank_arguments(arguments: Any) -> dict[str, Any]:
+    """``rerank``'s arguments, checked as ``POST /v1/rerank`` checks its body."""
+    body = _object(arguments)
+    parse_rerank(body)
+    return body
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,20 @@ class Settings(BaseSettings):
     killed) before the job ends ``failed`` with ``worker_crashed``: a job that crashes workers
     would otherwise crash every worker in turn, for ever. A worker that vanishes under a job
     counts no attempt (``store.recovery.VANISHED_CLAIMS_PER_ATTEMPT`` bounds those)."""
+    webhook_allow_private: bool = False
+    """Let webhooks reach private, loopback, link-local and other non-public addresses
+    (refused by default: SSRF). ``webhook_allowed_cidrs`` allows chosen networks only."""
+    webhook_allowed_cidrs: str = ""
+    """Comma-separated networks (``10.1.0.0/16,127.0.0.1/32``) webhooks may reach although
+    they are not public."""
+    webhook_retry_seconds: float = Field(default=5.0, gt=0)
+    """The wait before a failed webhook's second try; it doubles each try after."""
+    webhook_retry_max_seconds: float = Field(default=3600.0, gt=0)
+    """The longest wait between two tries of one webhook."""
+    webhook_give_up_seconds: float = Field(default=86_400.0, gt=0)
+    """How long a webhook is retried after its event before it is marked failed."""
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0)
+    """How long one try waits for the receiver's answer."""
 
     @property
     def embedded(self) -> bool:
@@ -99,6 +113,10 @@ class Settings(BaseSettings):
 
     def lane_rows(self, priority: str) -> int:
         return self.foreground_lane_rows if priority == "foreground" else self.background_lane_rows
+
+    @property
+    def webhook_cidr_list(self) -> list[str]:
+        return _split(self.webhook_allowed_cidrs)
 
     @property
     def key_list(self) -> list[str]:

@@ -31,6 +31,7 @@ from decide.transport.lanes import CANCEL_CHANNEL, TASK_NAME, lanes_of
 from decide.worker.between_rows import ForegroundFirst
 from decide.worker.delivery import Delivery
 from decide.worker.execute import CancelledJobs, run_job
+from decide.worker.webhooks import webhook_delivery
 
 log = logging.getLogger("decide.worker")
 FOREGROUND_LOOK_SECONDS = 0.02
@@ -84,16 +85,19 @@ class CeleryWorker:
         delivery = Delivery(db=self._db, broker=self._broker, models=list(self._catalog.models),
                             retention_days=self._settings.retention_days,
                             max_attempts=self._settings.max_attempts, worker_id=self._worker_id)
+        webhooks = webhook_delivery(self._db, self._settings)  # signed webhooks, from the outbox
         # Until Celery installs its own handlers, a SIGTERM must still unwind through `finally`,
         # so a worker stopped while starting leaves at once instead of looking alive for 10 s.
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
         try:
             heartbeat.start()
             delivery.start()
+            webhooks.start()
             self._consume()
         finally:
             heartbeat.stop()
             delivery.stop()
+            webhooks.stop()
             metrics.model_loaded.labels(self.model).set(0)
             self._runner.stop()
         if self._failed.is_set():

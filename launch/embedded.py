@@ -11,6 +11,7 @@ from decide.migrations.apply import upgrade
 from decide.store.db import make_engine
 from decide.transport.events import JobEvents
 from decide.worker.embedded import EmbeddedWorker
+from decide.worker.webhooks import webhook_delivery
 
 
 def build_embedded(settings: Settings) -> FastAPI:
@@ -24,4 +25,11 @@ def build_embedded(settings: Settings) -> FastAPI:
     worker = EmbeddedWorker(db=db, catalog=catalog, settings=settings, events=events)
     context = api_context(settings, db, catalog, worker, events)
     worker.start()
-    return app_for(context, worker.stop)
+    webhooks = webhook_delivery(db, settings)
+    webhooks.start()
+
+    def stop() -> None:
+        webhooks.stop()
+        worker.stop()
+
+    return app_for(context, stop)

@@ -49,6 +49,9 @@ rows_total = Counter("decide_rows_total", "Prompt rows decoded", ["model", "type
 input_tokens = Counter("decide_input_tokens_total", "Tokens read by the model", ["model"])
 taught_answers = Counter("decide_taught_answers_total",
                          "Answers given by a taught question's readout", ["model", "type"])
+webhook_tries = Counter("decide_webhook_deliveries_total",
+                        "Webhook delivery tries, by event type and outcome (delivered, retried, "
+                        "failed)", ["event", "outcome"])
 model_loaded = Gauge("decide_model_loaded", "1 while this worker holds its model loaded",
                      ["model"], multiprocess_mode="livemax")
 
@@ -56,6 +59,7 @@ EXPORTED = ("decide_http_requests_total", "decide_http_request_duration_seconds"
             "decide_jobs_submitted_total", "decide_jobs_finished_total",
             "decide_job_queue_wait_seconds", "decide_job_decode_seconds", "decide_rows_total",
             "decide_input_tokens_total", "decide_taught_answers_total", "decide_model_loaded",
+            "decide_webhook_deliveries_total",
             "decide_queue_depth",
             "decide_oldest_queued_job_age_seconds", "decide_workers")
 """Every family name, for the dashboard and alert tests."""

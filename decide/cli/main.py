@@ -128,8 +128,8 @@ def _add_service_commands(commands: Any) -> None:
     serve.set_defaults(handler=_in_service("serve"))
     migrate = commands.add_parser("migrate", help="apply the database migrations")
     migrate.set_defaults(handler=_in_service("migrate"))
-    mcp = commands.add_parser("mcp", help="the MCP tools (decide, submit_job, get_job) over "
-                              "stdio for an agent: through --url, or in-process")
+    mcp = commands.add_parser("mcp", help="the MCP tools (decide, rerank, submit_job, get_job) "
+                              "over stdio for an agent: through --url, or in-process")
     add_service_args(mcp, os.environ.get("DECIDE_URL"))
     mcp.set_defaults(handler=_in_service("mcp"))
     keys = commands.add_parser("keys", help="API keys in a file (DECIDE_API_KEYS_FILE)")

@@ -1,10 +1,11 @@
 """``decide mcp`` without ``--url``: the tools answered by models loaded in this process, as
 ``decide run`` answers (the same engine, the same bits).
 
-``decide`` decodes at once; ``submit_job`` keeps a job in this process's memory and decodes it
-on one background thread, in order; ``get_job`` reads it (with a wait). The engine is used by
-one thread at a time, so a ``decide`` waits at most for the job being decoded. Jobs are
-shaped as the service's, and forgotten when the process ends.
+``decide`` and ``rerank`` decode at once (a rerank as the service decodes it: one decision
+over the query, a relevance noul per document); ``submit_job`` keeps a job in this process's
+memory and decodes it on one background thread, in order; ``get_job`` reads it (with a
+wait). The engine is used by one thread at a time, so a ``decide`` waits at most for the job
+being decoded. Jobs are shaped as the service's, and forgotten when the process ends.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from decide.api.views import timestamp
 from decide.config.settings import Settings
 from decide.core.errors import ConfigError, DecideError
 from decide.core.protocol import DecisionRequest, parse_request
+from decide.core.rerank import decision_body, parse_rerank, rerank_response
 from decide.llm.catalog import load_catalog
 from decide.llm.decoding import load_decoding_engine
 
@@ -106,6 +108,17 @@ class LocalTools:
 
     async def decide(self, body: dict[str, Any], priority: str) -> dict[str, Any]:
         return await anyio.to_thread.run_sync(self._decide_now, body)
+
+    def _rerank_now(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = parse_rerank(body)
+        if request.taught is not None:
+            raise invalid("arguments", ["x_question"], "a taught question is kept by a "
+                          "service: run decide mcp --url to use it, or give a noul here")
+        answers = self._decide_now(decision_body(request, request.question))["answers"]
+        return rerank_response(f"rerank_{uuid.uuid4().hex[:24]}", request, answers)
+
+    async def rerank(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await anyio.to_thread.run_sync(self._rerank_now, body)
 
     def _accept(self, job: mcp_tools.JobArguments) -> LocalJob:
         """Plan the job (its limits checked now, as the service checks them before storing),

@@ -36,8 +36,9 @@ def refused(error: APIError) -> ToolFailure:
 
 
 class RemoteTools:
-    """The tools through a running service: ``POST /v1/systemone``, ``POST /v1/jobs`` and
-    ``GET /v1/jobs/{id}`` with the project's ``AsyncClient`` (its retries of 503 and 429)."""
+    """The tools through a running service: ``POST /v1/systemone``, ``POST /v1/rerank``,
+    ``POST /v1/jobs`` and ``GET /v1/jobs/{id}`` with the project's ``AsyncClient`` (its
+    retries of 503 and 429)."""
 
     def __init__(self, client: AsyncClient) -> None:
         self.client = client
@@ -49,6 +50,15 @@ class RemoteTools:
         except APIError as error:
             raise refused(error) from error
         return decision.raw
+
+    async def rerank(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /v1/rerank``: the client has no call of its own for it; its ``_call`` brings
+        the retries and the typed errors every call has."""
+        try:
+            answer, _ = await self.client._call("POST", "/v1/rerank", json_body=body)
+        except APIError as error:
+            raise refused(error) from error
+        return answer
 
     async def submit_job(self, job: mcp_tools.JobArguments) -> dict[str, Any]:
         try:

@@ -89,6 +89,24 @@ def upgrade() -> None:
         sa.Column("secret", sa.String(100), nullable=False),
         sa.Column("created_at", sa.Float, nullable=False),
     )
+    _create_outbox()
+    op.add_column("jobs", sa.Column("webhook_url", sa.Text, nullable=True))
+    op.add_column("jobs", sa.Column("notify", sa.Boolean, nullable=False,
+                                    server_default=sa.false()))
+    op.add_column("batches", sa.Column("webhook_url", sa.Text, nullable=True))
+    op.add_column("batches", sa.Column("completion_noted", sa.Boolean, nullable=False,
+                                       server_default=sa.false()))
+    op.execute("UPDATE batches SET completion_noted = true")
+    op.create_index("ix_batches_unnoted", "batches", ["id"],
+                    postgresql_where=sa.text(UNNOTED), sqlite_where=sa.text(UNNOTED))
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute(POSTGRESQL_FUNCTION)
+        op.execute(POSTGRESQL_TRIGGER)
+    else:
+        op.execute(SQLITE_TRIGGER)
+
+
+def _create_outbox() -> None:
     op.create_table(
         "webhook_events",
         sa.Column("id", sa.String(40), primary_key=True),
@@ -121,20 +139,6 @@ def upgrade() -> None:
     )
     op.create_index("ix_webhook_attempts_endpoint", "webhook_attempts", ["endpoint_id", "id"])
     op.create_index("ix_webhook_attempts_event", "webhook_attempts", ["event_id", "id"])
-    op.add_column("jobs", sa.Column("webhook_url", sa.Text, nullable=True))
-    op.add_column("jobs", sa.Column("notify", sa.Boolean, nullable=False,
-                                    server_default=sa.false()))
-    op.add_column("batches", sa.Column("webhook_url", sa.Text, nullable=True))
-    op.add_column("batches", sa.Column("completion_noted", sa.Boolean, nullable=False,
-                                       server_default=sa.false()))
-    op.execute("UPDATE batches SET completion_noted = true")
-    op.create_index("ix_batches_unnoted", "batches", ["id"],
-                    postgresql_where=sa.text(UNNOTED), sqlite_where=sa.text(UNNOTED))
-    if op.get_bind().dialect.name == "postgresql":
-        op.execute(POSTGRESQL_FUNCTION)
-        op.execute(POSTGRESQL_TRIGGER)
-    else:
-        op.execute(SQLITE_TRIGGER)
 
 
 def downgrade() -> None:

@@ -41,12 +41,14 @@ def test_a_keyed_call_lists_the_tools_with_the_wire_schemas(front_door):
     listed = rpc(front_door, "tools/list")
     assert listed.status_code == 200, listed.text
     tools = {tool["name"]: tool for tool in listed.json()["result"]["tools"]}
-    assert {"decide", "submit_job", "get_job"} <= set(tools)
+    assert list(tools) == ["decide", "rerank", "submit_job", "get_job"]
     decide = tools["decide"]["inputSchema"]
     assert decide["required"] == ["state", "questions"]
     assert "gemma-3-270m" in decide["properties"]["model"]["anyOf"][0]["enum"]
     assert tools["get_job"]["inputSchema"]["required"] == ["id"]
     assert tools["submit_job"]["outputSchema"]["title"] == "JobSchema"
+    assert tools["rerank"]["inputSchema"]["required"] == ["query", "documents"]
+    assert tools["rerank"]["outputSchema"]["title"] == "RerankResponse"
 
 
 def test_decide_answers_the_system_one_response(front_door):
@@ -58,6 +60,23 @@ def test_decide_answers_the_system_one_response(front_door):
     assert json.loads(result["content"][0]["text"]) == answer
     job = front_door.client.get(f"/v1/jobs/{answer['x_job_id']}", headers=front_door.keyed(ALPHA))
     assert job.status_code == 200 and job.json()["priority"] == "foreground"
+
+
+def test_rerank_answers_what_the_route_answers(front_door):
+    body = {"query": "refund for a double charge", "top_n": 2, "return_documents": True,
+            "documents": ["I was charged twice", "The app crashes", {"text": "Refund me"}]}
+    result = call(front_door, "rerank", body)
+    assert result["isError"] is False, result
+    answer = result["structuredContent"]
+    scores = [entry["relevance_score"] for entry in answer["results"]]
+    assert len(scores) == 2 and scores == sorted(scores, reverse=True)
+    route = front_door.client.post("/v1/rerank", json=body, headers=front_door.keyed(ALPHA))
+    assert [(entry["index"], entry["relevance_score"], entry["document"])
+            for entry in answer["results"]] == [
+        (entry["index"], entry["relevance_score"], entry["document"])
+        for entry in route.json()["results"]]
+    job = front_door.client.get(f"/v1/jobs/{answer['id']}", headers=front_door.keyed(ALPHA))
+    assert job.status_code == 200  # the rerank's job is the calling key's
 
 
 def test_a_submitted_job_belongs_to_the_key_that_called(front_door):
@@ -85,6 +104,8 @@ def test_a_bad_argument_is_a_tool_error_naming_the_field(front_door):
         ("submit_job", "metadata"): {"state": "s", "questions": {"r": NOUL}, "metadata": 3},
         ("get_job", "wait"): {"id": "job_x", "wait": 600},
         ("get_job", "id"): {"wait": 1},
+        ("rerank", "documents"): {"query": "q", "documents": []},
+        ("rerank", "top_n"): {"query": "q", "documents": ["d"], "top_n": 0},
     }
     for (tool, field), arguments in cases.items():
         result = call(front_door, tool, arguments)

@@ -1,0 +1,175 @@
+"""The MCP tools through the ``mcp`` SDK's own client (``ClientSession``), keyed, against a real
+``decide serve``: over streamable HTTP at ``/mcp``, over stdio to ``decide mcp --url`` (the
+key from ``DECIDE_API_KEY``), and over stdio to ``decide mcp`` in-process. Each lists the four
+tools and calls every one; the answers are the HTTP API's own, to the bit; a bad argument is
+a tool error naming the field; the jobs the tools create are the key's; an unkeyed call to
+``/mcp`` is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.api.conftest import KEYS, Server
+
+pytestmark = pytest.mark.model
+ALPHA, BETA = KEYS
+TOOLS = ["decide", "rerank", "submit_job", "get_job"]
+TICKET = "My card was charged twice for order A-104. Please refund the duplicate."
+QUESTIONS = {
+    "department": {"type": "choice", "instructions": "Which department should handle this?",
+                   "criteria": {"billing": "money that moved", "technical": None,
+                                "sales": None}},
+    "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
+}
+RERANK = {"query": "a refund for a double charge", "top_n": 2,
+          "documents": ["I was charged twice, please refund one.", "The app crashes at login.",
+                        "Can I change my delivery address?"]}
+BAD = {"state": TICKET, "questions": {"q": {"type": "choice", "instructions": "Which?",
+                                            "criteria": ["only one"]}}}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """Two keys and the default sync wait (a decision on two cores well within it)."""
+    served = Server(tmp_path_factory.mktemp("mcp-server"), {"DECIDE_API_KEYS": ",".join(KEYS)})
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="module")
+def served(server) -> dict[str, Any]:
+    """What the HTTP API answers, as alpha: the System One response and the rerank."""
+    with server.client(ALPHA) as client:
+        decided = client.post("/v1/systemone", json={"state": TICKET, "questions": QUESTIONS})
+        reranked = client.post("/v1/rerank", json=RERANK)
+    assert decided.status_code == 200 and reranked.status_code == 200, reranked.text
+    return {"decide": decided.json(), "rerank": reranked.json()}
+
+
+Session = Callable[[ClientSession], Awaitable[Any]]
+
+
+@asynccontextmanager
+async def over_http(url: str, key: str | None) -> AsyncIterator[ClientSession]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with (httpx2.AsyncClient(headers=headers, timeout=120) as http,
+                streamable_http_client(f"{url}/mcp", http_client=http) as (reading, writing),
+                ClientSession(reading, writing) as session):
+        await session.initialize()
+        yield session
+
+
+@asynccontextmanager
+async def over_stdio(*args: str, key: str | None = None) -> AsyncIterator[ClientSession]:
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("DECIDE_URL", "DECIDE_API_KEY")}
+    if key is not None:
+        env["DECIDE_API_KEY"] = key
+    command = StdioServerParameters(command=sys.executable, args=["-m", "decide", "mcp", *args],
+                                    env=env)
+    async with (stdio_client(command) as (reading, writing),
+                ClientSession(reading, writing) as session):
+        await session.initialize()
+        yield session
+
+
+async def every_tool(session: ClientSession) -> dict[str, Any]:
+    """Each tool called once (and get_job on submit_job's job), with its answer; the
+    structured content is the JSON text."""
+    listed = await session.list_tools()
+    assert [tool.name for tool in listed.tools] == TOOLS
+    answers: dict[str, Any] = {}
+    calls = {"decide": {"state": TICKET, "questions": QUESTIONS}, "rerank": RERANK,
+             "submit_job": {"state": TICKET, "questions": QUESTIONS, "metadata": {"t": 1}}}
+    for name, arguments in calls.items():
+        result = await session.call_tool(name, arguments)
+        assert not result.is_error, result.content
+        assert json.loads(result.content[0].text) == result.structured_content
+        answers[name] = result.structured_content
+    job_id = answers["submit_job"]["id"]
+    waited = await session.call_tool("get_job", {"id": job_id, "wait": 60})
+    assert not waited.is_error, waited.content
+    answers["get_job"] = waited.structured_content
+    bad = await session.call_tool("decide", BAD)
+    assert bad.is_error
+    answers["bad"] = bad.content[0].text
+    return answers
+
+
+def check(answers: dict[str, Any], served: dict[str, Any]) -> None:
+    """The tools answered what the HTTP API answers for the same arguments, to the bit."""
+    assert answers["decide"]["answers"] == served["decide"]["answers"]
+    assert answers["decide"]["usage"] == served["decide"]["usage"]
+    assert answers["rerank"]["results"] == served["rerank"]["results"]
+    job = answers["get_job"]
+    assert job["id"] == answers["submit_job"]["id"] and job["status"] == "succeeded"
+    assert job["metadata"] == {"t": 1} and job["priority"] == "background"
+    assert job["result"]["answers"] == served["decide"]["answers"]
+    assert answers["bad"].startswith("invalid arguments: questions.q.criteria: "), \
+        answers["bad"]
+    assert "2 to 255" in answers["bad"]
+
+
+def owned_by_alpha(server: Server, job_id: str) -> bool:
+    with server.client(ALPHA) as alpha, server.client(BETA) as beta:
+        return (alpha.get(f"/v1/jobs/{job_id}").status_code == 200
+                and beta.get(f"/v1/jobs/{job_id}").status_code == 404)
+
+
+def run(opened: Callable[[], Any], body: Session) -> Any:
+    async def main() -> Any:
+        async with opened() as session:
+            return await body(session)
+
+    return anyio.run(main)
+
+
+def test_over_streamable_http_keyed(server, served):
+    answers = run(lambda: over_http(server.url, ALPHA), every_tool)
+    check(answers, served)
+    assert owned_by_alpha(server, answers["submit_job"]["id"])
+    assert owned_by_alpha(server, answers["decide"]["x_job_id"])
+
+
+def test_an_unkeyed_or_wrongly_keyed_http_call_is_refused(server):
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    for headers in ({}, {"Authorization": "Bearer not-a-key"}):
+        refused = httpx.post(f"{server.url}/mcp", json=message, timeout=30, headers={
+            "Accept": "application/json, text/event-stream", **headers})
+        assert refused.status_code == 401
+        assert refused.json()["detail"]["error_type"] == "authentication_error"
+    with pytest.raises(BaseExceptionGroup) as raised:  # the SDK's client cannot initialize
+        run(lambda: over_http(server.url, None), lambda session: session.list_tools())
+    assert raised.group_contains(MCPError, match="error response")
+
+
+def test_over_stdio_through_the_service(server, served):
+    answers = run(lambda: over_stdio("--url", server.url, key=ALPHA), every_tool)
+    check(answers, served)
+    assert owned_by_alpha(server, answers["submit_job"]["id"])
+
+
+def test_over_stdio_through_the_service_without_a_key_is_a_tool_error(server):
+    async def refused(session: ClientSession) -> Any:
+        return await session.call_tool("get_job", {"id": "job_x"})
+
+    result = run(lambda: over_stdio("--url", server.url), refused)
+    assert result.is_error
+    assert result.content[0].text.startswith("authentication_error: ")
+
+
+def test_over_stdio_in_process(served):
+    answers = run(lambda: over_stdio(), every_tool)
+    check(answers, served)

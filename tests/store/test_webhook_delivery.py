@@ -1,0 +1,152 @@
+"""The webhook delivery loop on SQLite and PostgreSQL against a real HTTP receiver that verifies
+every signature with the ``standardwebhooks`` library (issue 25, item 3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from decide.core.webhook_urls import WebhookPolicy
+from decide.store import batches, job_claims, jobs, outbox, submission, webhooks
+from decide.worker.webhook_send import Sender
+from decide.worker.webhooks import Backoff, WebhookDelivery
+from tests.support.waits import wait_until
+from tests.support.webhook_receiver import Receiver
+
+REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
+LOOPBACK = WebhookPolicy.of(False, ["127.0.0.0/8"])
+
+
+@pytest.fixture
+def receiver():
+    receiver = Receiver().up()
+    yield receiver
+    receiver.down()
+
+
+def loop(db, *, policy=LOOPBACK, first=0.05, give_up=60.0, resolve=None, tick=0.02):
+    sender = Sender(policy, 2.0, **({"resolve": resolve} if resolve else {}))
+    return WebhookDelivery(db=db, sender=sender, backoff=Backoff(first, 0.2, give_up),
+                           lease_seconds=5.0, keep_seconds=3600.0, tick=tick)
+
+
+def finished_job(db, owner="alice", status=jobs.SUCCEEDED, **extra):
+    job, _ = submission.create_job(db, owner=owner, model="m", priority="background",
+                                   request=REQUEST, metadata={"ticket": "A-1"}, rows=1,
+                                   input_tokens=3, notify=True, **extra)
+    claimed = job_claims.claim_job(db, job.id)
+    job_claims.finish_job(db, claimed, status=status, result={"answers": {"r": {"noul": 0.9}}})
+    return job
+
+
+def test_a_finished_job_reaches_its_endpoint_signed_with_the_endpoint_secret(db, receiver):
+    endpoint = webhooks.add_endpoint(db, owner="alice", url=receiver.url,
+                                     events=[webhooks.JOB_FINISHED])
+    receiver.trust(endpoint.secret)
+    job = finished_job(db)
+    assert loop(db).round() == 1
+    (delivery,) = receiver.accepted
+    assert receiver.rejected == []
+    assert delivery.payload["type"] == "job.finished"
+    assert delivery.payload["data"]["id"] == job.id
+    assert delivery.payload["data"]["status"] == "succeeded"
+    assert delivery.payload["data"]["result"] == {"answers": {"r": {"noul": 0.9}}}
+    (event,) = outbox.events_of(db, job.id)
+    assert event.status == outbox.DELIVERED and delivery.webhook_id == event.id
+    (entry,) = outbox.deliveries(db, endpoint.id, limit=10)
+    assert entry["status_code"] == 204 and entry["attempt"] == 1 and entry["error"] is None
+
+
+def test_a_job_url_is_signed_with_the_key_signing_secret(db, receiver):
+    secret = webhooks.ensure_signing_secret(db, "alice")
+    receiver.trust(secret)
+    job = finished_job(db, status=jobs.FAILED, webhook_url=receiver.url + "?job=1")
+    loop(db).round()
+    (delivery,) = receiver.accepted
+    assert delivery.payload["data"]["id"] == job.id and delivery.path == "/hooks?job=1"
+    assert delivery.payload["data"]["status"] == "failed"
+
+
+def test_a_receiver_down_then_up_gets_every_event_once(db, receiver):
+    endpoint = webhooks.add_endpoint(db, owner="alice", url=receiver.url,
+                                     events=list(webhooks.EVENT_TYPES))
+    receiver.trust(endpoint.secret)
+    receiver.down()
+    job_ids = [finished_job(db).id for _ in range(5)]
+    batch, item_ids = batches.create_batch(
+        db, owner="alice", model="m", priority="background", questions=REQUEST["questions"],
+        metadata=None, items=[("a", "x")], rows_per_item=1)
+    item = job_claims.claim_job(db, item_ids[0])
+    job_claims.finish_job(db, item, status=jobs.SUCCEEDED, result={"answers": {}})
+    delivery = loop(db)
+    delivery.start()
+    try:
+        wait_until(lambda: len([entry for entry in outbox.deliveries(db, endpoint.id, limit=100)
+                                if entry["error"]]) >= 12, what="failed tries logged")
+        receiver.up()
+        wait_until(lambda: len(receiver.unique()) == 6, what=lambda: f"{receiver.ids()}")
+        wait_until(lambda: all(event.status == outbox.DELIVERED
+                               for subject in [*job_ids, batch.id]
+                               for event in outbox.events_of(db, subject)))
+    finally:
+        delivery.stop()
+        assert delivery.join(10)
+    ids = receiver.ids()
+    assert len(ids) == len(set(ids)) == 6  # each event once: no success was sent again
+    kinds = sorted(entry.payload["type"] for entry in receiver.accepted)
+    assert kinds == ["batch.completed"] + ["job.finished"] * 5
+    (completed,) = [entry for entry in receiver.accepted if entry.payload["type"] ==
+                    "batch.completed"]
+    assert completed.payload["data"]["request_counts"]["succeeded"] == 1
+    log = outbox.deliveries(db, endpoint.id, limit=500)
+    assert any(entry["error"] and "ConnectError" in entry["error"] for entry in log)
+    assert sum(1 for entry in log if entry["status_code"] == 204) == 6
+
+
+def test_a_name_resolving_to_loopback_is_refused_at_delivery(db, receiver):
+    endpoint = webhooks.add_endpoint(db, owner="alice", url="http://hooks.example/x",
+                                     events=[webhooks.JOB_FINISHED])
+    job = finished_job(db)
+    loop(db, policy=WebhookPolicy(), resolve=lambda host, port: ["127.0.0.1"]).round()
+    (event,) = outbox.events_of(db, job.id)
+    assert event.status == outbox.FAILED  # refused is final: no retries
+    (entry,) = outbox.deliveries(db, endpoint.id, limit=10)
+    assert entry["error"].startswith("refused: url's host hooks.example resolves to 127.0.0.1")
+    assert receiver.accepted == []
+
+
+def test_an_event_out_of_time_ends_failed_and_a_deleted_endpoint_fails_its_events(db, receiver):
+    kept = webhooks.add_endpoint(db, owner="alice", url=receiver.url,
+                                 events=[webhooks.JOB_FINISHED])
+    receiver.trust(kept.secret)
+    gone = webhooks.add_endpoint(db, owner="alice", url=receiver.url,
+                                 events=[webhooks.JOB_FINISHED])
+    receiver.answer = 500
+    job = finished_job(db)
+    webhooks.delete_endpoint(db, gone.id, "alice")
+    delivery = loop(db, give_up=0.3)
+    wait_until(lambda: delivery.round() == 0 and all(
+        event.status == outbox.FAILED for event in outbox.events_of(db, job.id)),
+        what=lambda: f"{outbox.events_of(db, job.id)}")
+    tries = outbox.deliveries(db, kept.id, limit=100)
+    assert len(tries) >= 2 and {entry["status_code"] for entry in tries} == {500}
+    assert [entry["error"] for entry in outbox.deliveries(db, gone.id, limit=10)] == [
+        "the endpoint was deleted"]
+
+
+def test_two_loops_share_the_outbox_and_send_each_event_once(db, receiver):
+    endpoint = webhooks.add_endpoint(db, owner="alice", url=receiver.url,
+                                     events=[webhooks.JOB_FINISHED])
+    receiver.trust(endpoint.secret)
+    for _ in range(20):
+        finished_job(db)
+    first, second = loop(db), loop(db)
+    first.start()
+    second.start()
+    try:
+        wait_until(lambda: len(receiver.ids()) >= 20)
+    finally:
+        first.stop()
+        second.stop()
+        assert first.join(10) and second.join(10)
+    assert sorted(receiver.ids()) == sorted(set(receiver.ids()))
+    assert len(receiver.ids()) == 20

@@ -1,0 +1,97 @@
+"""Webhooks, pure (issue 25, item 3): where a webhook may go (SSRF), the Standard Webhooks
+signature verified by the library, the retry schedule."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from decide.core.webhook_urls import RefusedUrl, WebhookPolicy, check_url
+from decide.store.webhooks import new_secret
+from decide.worker.webhook_send import signed_headers
+from decide.worker.webhooks import Backoff
+
+CLOSED = WebhookPolicy()
+
+
+@pytest.mark.parametrize("url, kind", [
+    ("http://127.0.0.1:8080/hook", "loopback"), ("http://[::1]/hook", "loopback"),
+    ("http://localhost/hook", "loopback"), ("http://api.localhost/hook", "loopback"),
+    ("http://10.1.2.3/hook", "private"), ("http://192.168.0.10/", "private"),
+    ("http://172.16.5.4/", "private"), ("http://169.254.169.254/latest/meta-data", "link-local"),
+    ("http://[fe80::1]/", "link-local"), ("http://0.0.0.0/", "unspecified"),
+    ("http://224.0.0.1/", "multicast"), ("http://240.0.0.1/", "reserved"),
+    ("http://[::ffff:127.0.0.1]/", "loopback"), ("http://[fc00::1]/", "private"),
+])
+def test_non_public_addresses_are_refused_by_default(url, kind):
+    with pytest.raises(RefusedUrl, match=f"an? {kind} address"):
+        check_url(url, CLOSED)
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("ftp://example.com/x", "http or https"), ("example.com/hook", "http or https"),
+    ("http:///nohost", "must name a host"), ("https://user:pw@example.com/", "credentials"),
+    ("", "non-empty string"), (42, "non-empty string"), ("http://example.com:99999/", "valid"),
+    ("https://example.com/" + "a" * 3000, "at most 2048"),
+])
+def test_malformed_urls_are_refused_saying_why(url, problem):
+    with pytest.raises(RefusedUrl, match=problem):
+        check_url(url, CLOSED)
+
+
+def test_public_addresses_and_names_pass():
+    assert check_url("https://hooks.example.com/x?y=1", CLOSED).port == 443
+    assert check_url("http://8.8.8.8:8080/", CLOSED).port == 8080
+
+
+def test_a_name_is_judged_by_every_address_it_resolves_to():
+    resolving = {"good.test": ["93.184.216.34"], "evil.test": ["93.184.216.34", "10.0.0.5"]}
+
+    def resolve(host: str, port: int) -> list[str]:
+        if host not in resolving:
+            raise OSError("no such name")
+        return resolving[host]
+
+    check_url("https://good.test/", CLOSED, resolve)
+    with pytest.raises(RefusedUrl, match="evil.test resolves to 10.0.0.5, a private address"):
+        check_url("https://evil.test/", CLOSED, resolve)
+    check_url("https://unknown.test/", CLOSED, resolve)  # checked again when it is sent
+
+
+def test_an_operator_may_allow_private_addresses_or_chosen_networks():
+    check_url("http://127.0.0.1:9/", WebhookPolicy.of(True, []))
+    networks = WebhookPolicy.of(False, ["127.0.0.0/8", "10.1.0.0/16"])
+    check_url("http://127.0.0.1:9/", networks)
+    check_url("http://localhost:9/x", WebhookPolicy.of(False, ["127.0.0.1/32", "::1/128"]))
+    check_url("http://10.1.200.3/", networks)
+    with pytest.raises(RefusedUrl, match="private"):
+        check_url("http://10.2.0.1/", networks)
+    with pytest.raises(ValueError):
+        WebhookPolicy.of(False, ["not a network"])
+
+
+def test_a_signature_verifies_with_the_library_and_fails_when_tampered():
+    secret = new_secret()
+    assert secret.startswith("whsec_")
+    body = json.dumps({"type": "job.finished", "data": {"id": "job_1"}})
+    headers = signed_headers(secret, "msg_1", body)
+    assert headers["webhook-signature"].startswith("v1,")
+    assert Webhook(secret).verify(body, headers) == json.loads(body)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(secret).verify(body.replace("job_1", "job_2"), headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(new_secret()).verify(body, headers)
+    stale = signed_headers(secret, "msg_1", body, at=datetime.now(tz=UTC) - timedelta(hours=1))
+    with pytest.raises(WebhookVerificationError):  # a replay outside the library's tolerance
+        Webhook(secret).verify(body, stale)
+
+
+def test_the_retry_waits_double_up_to_the_longest_and_stop_at_the_deadline():
+    backoff = Backoff(first=5.0, longest=60.0, give_up=3600.0)
+    assert [backoff.retry_in(attempts, 0.0) for attempts in (1, 2, 3, 4, 5, 6)] == [
+        5.0, 10.0, 20.0, 40.0, 60.0, 60.0]
+    assert backoff.retry_in(9, 3590.0) == 10.0  # the last try lands on the deadline
+    assert backoff.retry_in(10, 3600.0) is None

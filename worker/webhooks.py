@@ -1,0 +1,172 @@
+"""The webhook delivery loop (issue 25, item 3): sends the outbox's due events, at least once.
+
+It runs beside the job delivery loop, in the embedded ``decide serve`` and in every
+``decide worker``: a thread that, every ``TICK_SECONDS``, notes completed batches (writing
+their ``batch.completed`` events), then claims each due event for a lease, sends it signed,
+and records the try. A receiver that fails (no answer, or any status but 2xx) is tried again
+after ``DECIDE_WEBHOOK_RETRY_SECONDS``, doubling each time up to
+``DECIDE_WEBHOOK_RETRY_MAX_SECONDS``, until ``DECIDE_WEBHOOK_GIVE_UP_SECONDS`` after the event;
+then the event is marked failed. Several loops share the work safely (each claim is a
+conditional UPDATE), and every state is in the database: a process that dies mid-send leaves
+its claim to run out, and the event is sent again (the receiver dedupes by ``webhook-id``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from decide import metrics
+from decide.config.settings import Settings
+from decide.core.webhook_urls import WebhookPolicy
+from decide.store import batches, job_reads, outbox, webhooks
+from decide.store.db import Database
+from decide.worker.webhook_payloads import batch_data, encoded, job_data
+from decide.worker.webhook_send import Sender
+
+log = logging.getLogger("decide.webhooks")
+TICK_SECONDS = 0.5
+EVENTS_PER_ROUND = 64
+SENDERS = 8
+"""Tries in flight at once: one receiver that hangs until its timeout holds one of them."""
+PURGE_EVERY_SECONDS = 3600.0
+LEASE_MARGIN_SECONDS = 20.0
+"""A claim outlives the sender's timeout by this much before another sender tries again."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    first: float = 5.0
+    longest: float = 3600.0
+    give_up: float = 86_400.0
+
+    def retry_in(self, attempts: int, age: float) -> float | None:
+        """Seconds to the next try after ``attempts`` tries of an event ``age`` seconds old;
+        None once it is out of time. The last try lands on the deadline."""
+        if age >= self.give_up:
+            return None
+        wait = min(self.first * 2 ** max(0, attempts - 1), self.longest)
+        return min(wait, self.give_up - age)
+
+
+def policy_of(settings: Settings) -> WebhookPolicy:
+    return WebhookPolicy.of(settings.webhook_allow_private, settings.webhook_cidr_list)
+
+
+def webhook_delivery(db: Database, settings: Settings) -> WebhookDelivery:
+    """The loop as the settings configure it."""
+    return WebhookDelivery(
+        db=db, sender=Sender(policy_of(settings), settings.webhook_timeout_seconds),
+        backoff=Backoff(settings.webhook_retry_seconds, settings.webhook_retry_max_seconds,
+                        settings.webhook_give_up_seconds),
+        lease_seconds=settings.webhook_timeout_seconds + LEASE_MARGIN_SECONDS,
+        keep_seconds=settings.retention_days * 86_400)
+
+
+class WebhookDelivery:
+    def __init__(self, *, db: Database, sender: Sender, backoff: Backoff,
+                 lease_seconds: float, keep_seconds: float,
+                 tick: float = TICK_SECONDS) -> None:
+        """``lease_seconds``: how long a claimed try may take before another sender may try
+        again (above the sender's timeout). ``keep_seconds``: how long finished events and
+        their log are kept."""
+        self._db = db
+        self._sender = sender
+        self._backoff = backoff
+        self._lease = lease_seconds
+        self._keep = keep_seconds
+        self._tick = tick
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="decide-webhooks", daemon=True)
+        self._pool = ThreadPoolExecutor(SENDERS, thread_name_prefix="decide-webhook")
+        self._purged_at = -PURGE_EVERY_SECONDS
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.round()
+            except Exception:  # the loop outlives a database outage
+                log.exception("webhook delivery round failed")
+            self._stopping.wait(self._tick)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._sender.close()
+
+    def round(self) -> int:
+        """Note completed batches, then try every due event once; returns the tries made."""
+        for batch_id in outbox.note_completed_batches(self._db):
+            log.info("batch %s completed; its events are written", batch_id)
+        self._purge_if_due()
+        due = outbox.due_events(self._db, EVENTS_PER_ROUND)
+        return sum(self._pool.map(self._try_safely, due))
+
+    def _try_safely(self, event: outbox.Event) -> int:
+        try:
+            return self.deliver(event)
+        except Exception:
+            log.exception("webhook %s could not be tried; its claim runs out", event.id)
+            return 0
+
+    def deliver(self, event: outbox.Event) -> int:
+        """One try of ``event`` if this loop claims it: 1 when tried, else 0."""
+        claimed = outbox.claim(self._db, event, self._lease)
+        if claimed is None:
+            return 0
+        secret = self._secret(claimed)
+        payload = claimed.payload or outbox.keep_payload(self._db, claimed.id,
+                                                         self._compose(claimed))
+        if secret is None:
+            sent_outcome, final = outbox.Try(None, "the endpoint was deleted", 0.0), True
+        else:
+            sent = self._sender.send(claimed.url, secret, claimed.id, payload)
+            sent_outcome, final = sent.outcome, sent.final
+        age = claimed.next_attempt_at - self._lease - claimed.created_at
+        retry_in = None if final else self._backoff.retry_in(claimed.attempts, age)
+        status = outbox.record_try(self._db, claimed, sent_outcome, retry_in=retry_in)
+        outcome = {outbox.PENDING: "retried"}.get(status, status)
+        metrics.webhook_tries.labels(claimed.event_type, outcome).inc()
+        if status != outbox.DELIVERED:
+            log.warning("webhook %s to %s, try %d: %s; %s", claimed.id, claimed.url,
+                        claimed.attempts, sent_outcome.error or sent_outcome.status_code,
+                        "failed for good" if status == outbox.FAILED
+                        else f"again in {retry_in:.1f} s")
+        return 1
+
+    def _secret(self, event: outbox.Event) -> str | None:
+        if event.endpoint_id is None:
+            return webhooks.signing_secret(self._db, event.owner)
+        endpoint = webhooks.get_endpoint(self._db, event.endpoint_id)
+        return None if endpoint is None else endpoint.secret
+
+    def _compose(self, event: outbox.Event) -> str:
+        if event.event_type == webhooks.BATCH_COMPLETED:
+            batch = batches.get_batch(self._db, event.subject_id, event.owner)
+            if batch is not None:
+                return encoded(event.event_type, event.created_at,
+                               batch_data(batch, batches.progress(self._db, batch.id)))
+        else:
+            job = job_reads.get_job(self._db, event.subject_id)
+            if job is not None:
+                return encoded(event.event_type, event.created_at, job_data(job))
+        # purged by retention before its first try: what is still known
+        return encoded(event.event_type, event.created_at,
+                       {"id": event.subject_id, "purged": True})
+
+    def _purge_if_due(self) -> None:
+        now = time.monotonic()
+        if now - self._purged_at < PURGE_EVERY_SECONDS:
+            return
+        self._purged_at = now
+        outbox.purge(self._db, self._keep)
