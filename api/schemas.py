@@ -147,6 +147,8 @@ class SystemOneResponse(BaseModel):
     model: str
     answers: dict[str, Answer]
     usage: TokenUsage
+    x_build: str | None = Field(None, description="the llama.cpp build that decoded it "
+                                                  "(x86-64-v3, x86-64-v4)")
     x_job_id: str | None = None
     x_timings: Timings | None = None
 
@@ -158,6 +160,8 @@ class JobError(BaseModel):
 
 class JobUsage(TokenUsage):
     rows: int
+    x_build: str | None = Field(None, description="the llama.cpp build that decoded the job; "
+                                                  "null until it is decoded")
 
 
 class JobSchema(BaseModel):

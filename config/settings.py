@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,10 +28,12 @@ class Settings(BaseSettings):
     """A TOML or JSON file that configures models by name (see README, Configuration)."""
     threads: int | None = None
     """Threads per model when its configuration names none (default: all cores)."""
-    cpu_variant: Literal["auto", "baseline"] = "auto"
+    cpu_variant: str = "auto"
     """Which llama.cpp build a runner loads: ``auto`` tries the faster variant where the host
     reports its extensions and keeps it once it passes the probe; ``baseline`` always loads the
-    portable build (see ops/build-llama.sh)."""
+    portable build (see ops/build-llama.sh); a build's name (``x86-64-v3``, ``x86-64-v4``)
+    pins that build, so a fleet answers with the same bits, and a worker that cannot run it
+    refuses to start (``runner.variants.pinned``)."""
     gpu_layers: int = 0
     """Layers offloaded to a GPU when a model's configuration names none (-1: all)."""
 

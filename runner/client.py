@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -219,8 +220,8 @@ class Runner:
             self._send(("decide", model, request))
             while True:
                 message = self._receive(bound)
-                if message[0] == "done":
-                    return message[1]
+                if message[0] == "done":  # decoded by this build, said in its result
+                    return replace(message[1], build=self.build.name)
                 if message[0] == "error":
                     raise message[1]
                 if message[0] == "row":

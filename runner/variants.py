@@ -54,23 +54,59 @@ def host_flags() -> frozenset[str]:
     return frozenset()
 
 
-def candidates(flags: frozenset[str], choice: str = "auto",
+AUTO, BASELINE = "auto", "baseline"
+"""``DECIDE_CPU_VARIANT``'s two policies; any other value pins the build of that name."""
+
+
+class BuildUnavailable(ValueError):
+    """The build an operator pinned cannot run here: the worker refuses to start."""
+
+
+def _installed_here(variant: Variant) -> bool:
+    return variant.library_path is not None and (variant.library_path / "libllama.so").exists()
+
+
+def candidates(flags: frozenset[str], choice: str = AUTO,
                faster: tuple[Variant, ...] = FASTER) -> list[Variant]:
     """Builds to try, fastest first (of ``faster``, this installation's own); the installed one
     last. ``choice`` "baseline" (or an operator's own ``LLAMA_CPP_LIB_PATH``) leaves only the
-    installed one."""
+    installed one; a build's name leaves only that build (``pinned``)."""
     installed = Variant(installed_baseline(), None)
     if LIBRARY_PATH_VARIABLE in os.environ:  # chosen already: by an operator, or in-process
         chosen = Path(os.environ[LIBRARY_PATH_VARIABLE])
         known = {variant.library_path: variant for variant in faster}
         return [known.get(chosen, Variant(f"{LIBRARY_PATH_VARIABLE}={chosen}", chosen))]
-    if choice == "baseline":
+    if choice == BASELINE:
         return [installed]
-    usable = [variant for variant in faster
-              if variant.library_path is not None
-              and (variant.library_path / "libllama.so").exists()
-              and variant.needs <= flags]
+    if choice != AUTO:
+        return [pinned(choice, flags, faster)]
+    usable = [variant for variant in faster if _installed_here(variant) and variant.needs <= flags]
     return [*usable, installed]
+
+
+def pinned(name: str, flags: frozenset[str], faster: tuple[Variant, ...] = FASTER) -> Variant:
+    """The one build a fleet pinned (``DECIDE_CPU_VARIANT=<name>``), so every worker answers
+    with the same bits: the installed baseline by its name, or a faster variant this
+    installation has and this host can run. Never a fallback: anything else is
+    ``BuildUnavailable``, naming what is missing and what to pin instead."""
+    installed = Variant(installed_baseline(), None)
+    if name == installed.name:
+        return installed
+    here = [installed.name, *(variant.name for variant in faster if _installed_here(variant))]
+    instead = f"this installation has {', '.join(here)}; pin one of them, or auto"
+    variant = next((variant for variant in faster if variant.name == name), None)
+    if variant is None or not _installed_here(variant):
+        why = ("is not a llama.cpp build this installation has" if variant is None else
+               "is not installed here (ops/build-llama.sh builds it unless "
+               "DECIDE_CPU_VARIANTS=none)")
+        raise BuildUnavailable(f"DECIDE_CPU_VARIANT={name}: {name} {why}; {instead}")
+    missing = variant.needs - flags
+    if missing:
+        raise BuildUnavailable(
+            f"DECIDE_CPU_VARIANT={name}: this host cannot run {name}: its CPU (or its OS) does "
+            f"not report {', '.join(sorted(missing))}; pin {installed.name}, the portable "
+            f"baseline, for a fleet of mixed hosts, or run these workers where the CPU has them")
+    return variant
 
 
 def environment_for(variant: Variant) -> dict[str, str]:

@@ -81,6 +81,8 @@ class Decision:
     usage: Usage
     calibrated: bool = True
     job_id: str | None = None
+    build: str | None = None
+    """The llama.cpp build that decoded it (``x_build``), where the server says."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def noul(self, key: str) -> NoulAnswer:
@@ -238,4 +240,5 @@ def parse_decision(body: Any, questions: Mapping[str, Mapping[str, Any]] | None 
                     output_tokens=usage.get("output_tokens"),
                     cost=None if cost is None else float(cost)),
         calibrated=body.get("calibrated") is not False,
-        job_id=job_id or body.get("x_job_id"), raw=body)
+        job_id=job_id or body.get("x_job_id"),
+        build=body["x_build"] if isinstance(body.get("x_build"), str) else None, raw=body)

@@ -59,11 +59,17 @@ class Decision:
     """The hidden state at the answer slot of each question in ``hidden_for`` (fitting)."""
     model_identity: str = field(default="", compare=False)
     """The model file's identity, where the runner reports it (with ``hidden``)."""
+    build: str = field(default="", compare=False)
+    """The llama.cpp build that decoded it (``x86-64-v3``, ``x86-64-v4``), where a runner
+    decoded it: the same request gives the same bits on the same build (SPEC §3.7)."""
 
     def to_wire(self) -> dict[str, Any]:
-        return {"model": self.model,
+        wire = {"model": self.model,
                 "answers": {key: value.to_wire() for key, value in self.answers.items()},
                 "usage": {"input_tokens": self.input_tokens, "output_tokens": 0}}
+        if self.build:
+            wire["x_build"] = self.build
+        return wire
 
 
 def row_count(questions: Sequence[Question], profile: Profile) -> int:
