@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,6 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.api.conftest import KEYS, Server
 
 pytestmark = pytest.mark.model
+ROOT = Path(__file__).resolve().parents[2]
 ALPHA, BETA = KEYS
 TOOLS = ["decide", "rerank", "submit_job", "get_job"]
 TICKET = "My card was charged twice for order A-104. Please refund the duplicate."
@@ -173,3 +176,43 @@ def test_over_stdio_through_the_service_without_a_key_is_a_tool_error(server):
 def test_over_stdio_in_process(served):
     answers = run(lambda: over_stdio(), every_tool)
     check(answers, served)
+
+
+def readme_section() -> str:
+    return (ROOT / "README.md").read_text().split("## MCP: the tools an agent calls")[1].split(
+        "\n## ")[0]
+
+
+def test_the_readmes_desktop_config_runs(server):
+    """The ``mcpServers`` entry as a client that starts it would: its command, arguments and
+    environment, with this checkout's path, this server's address and a key."""
+    config = json.loads(readme_section().split("```json\n")[1].split("```")[0])
+    entry = config["mcpServers"]["decide"]
+    command = entry["command"].replace("/path/to/repo/.venv/bin", str(Path(sys.executable).parent))
+    args = [argument.replace("http://127.0.0.1:8000", server.url) for argument in entry["args"]]
+    env = {**{name: value for name, value in os.environ.items() if name != "DECIDE_API_KEY"},
+           **entry["env"], "DECIDE_API_KEY": ALPHA}
+    assert args[0] == "mcp" and entry["env"]["DECIDE_API_KEY"] == "<your key>"
+
+    async def main() -> Any:
+        parameters = StdioServerParameters(command=command, args=args, env=env)
+        async with (stdio_client(parameters) as (reading, writing),
+                    ClientSession(reading, writing) as session):
+            await session.initialize()
+            return await session.call_tool("get_job", {"id": "job_none"})
+
+    result = anyio.run(main)  # through the service as alpha: a job nobody has is not found
+    assert result.is_error and result.content[0].text.startswith("not_found_error: no job")
+
+
+def test_the_readmes_python_example_runs(server):
+    example = readme_section().split("```python\n")[1].split("```")[0]
+    assert "http://127.0.0.1:8000/mcp" in example
+    ran = subprocess.run([sys.executable, "-c", example.replace("http://127.0.0.1:8000",
+                                                                server.url)],
+                         env={**os.environ, "DECIDE_API_KEY": ALPHA}, capture_output=True,
+                         text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    tools, refund = ran.stdout.splitlines()
+    assert tools == str(TOOLS)
+    assert refund.startswith("refund ") and 0 <= float(refund.split()[1]) <= 1
