@@ -10,6 +10,8 @@ import time
 import pytest
 import zstandard
 
+from decide.runner.variants import X86_64_V4, installed_baseline
+
 pytestmark = pytest.mark.model
 
 TICKET = "My card was charged twice for order A-104. Please refund the duplicate."
@@ -41,7 +43,9 @@ def test_a_decision_has_the_spec_shape_and_its_job_id(open_client):
     assert body["usage"]["output_tokens"] == 0 and body["usage"]["input_tokens"] > 50
     assert body["x_job_id"] == response.headers["x-job-id"]
     assert set(body["x_timings"]) == {"queue_ms", "decode_ms", "total_ms"}
-    assert all(not key.startswith("x_") or key in ("x_job_id", "x_timings") for key in body)
+    assert all(not key.startswith("x_") or key in ("x_job_id", "x_timings", "x_build")
+               for key in body)
+    assert body["x_build"] in (installed_baseline(), X86_64_V4.name)  # the build that answered
     assert "null" not in response.text and "NaN" not in response.text
 
 
@@ -50,6 +54,7 @@ def test_the_sync_call_is_a_foreground_job(open_client):
     job = open_client.get(f"/v1/jobs/{response.headers['x-job-id']}").json()
     assert job["priority"] == "foreground" and job["status"] == "succeeded"
     assert job["result"]["answers"] == response.json()["answers"]
+    assert job["usage"]["x_build"] == job["result"]["x_build"] == response.json()["x_build"]
     background = ask(open_client, {"r": NOUL}, x_priority="background")
     job = open_client.get(f"/v1/jobs/{background.headers['x-job-id']}").json()
     assert job["priority"] == "background"
