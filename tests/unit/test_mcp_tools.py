@@ -5,6 +5,7 @@ over a recording backend."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import anyio
@@ -154,3 +155,18 @@ def test_a_bad_argument_never_reaches_the_backend():
     answered = call(backend, "get_job", {"id": "job_1", "wait": 2})
     assert not answered.is_error and answered.structured_content == JOB
     assert backend.calls == [("get_job", ("job_1", 2.0))]
+
+
+def test_decide_mcp_without_the_server_extra_names_it(monkeypatch, capsys):
+    """The base install leaves the mcp SDK out (it is the server extra's): ``decide mcp`` then
+    says which extra it needs, in one line."""
+    from decide.cli.main import main
+
+    for module in ("decide.cli.mcp_stdio", "decide.api.mcp_server"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    for module in ("mcp.server.lowlevel", "mcp.server.stdio"):
+        monkeypatch.setitem(sys.modules, module, None)  # importing it now fails
+    assert main(["mcp", "--url", "http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("decide: 'decide mcp' needs the service's packages")
+    assert "pip install 'decide[server]'" in err and err.count("\n") == 1
