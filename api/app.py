@@ -19,6 +19,7 @@ from decide.api.routes import (
     questions,
     rerank,
     usage,
+    webhooks,
 )
 from decide.api.schemas import install_schemas
 
@@ -28,7 +29,8 @@ def create_app(context: ApiContext) -> FastAPI:
                   description="Typed decisions with calibrated probabilities (System One).")
     app.state.context = context
     install_error_handlers(app)
-    for module in (decisions, rerank, jobs, batches, questions, usage, models, health):
+    for module in (decisions, rerank, jobs, batches, questions, usage, models, health,
+                   webhooks):
         app.include_router(module.router)
     app.add_middleware(MeasuredRequests)
     install_schemas(app, sorted(context.catalog.models))

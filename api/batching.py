@@ -15,6 +15,7 @@ from decide.api.context import ApiContext
 from decide.api.errors import invalid
 from decide.api.submit import check_lane, checked_metadata, checked_priority
 from decide.api.taught import resolve_taught
+from decide.api.webhook_fields import webhook_url, with_signing_secret
 from decide.core.engine import DecisionEngine, row_count
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.core.protocol import BLANK_STATE, DecisionRequest, is_blank_state, parse_request
@@ -33,6 +34,8 @@ BOUND_SLACK = 4
 class AcceptedBatch:
     batch: batches.BatchRecord
     job_ids: list[str]
+    webhook_secret: str | None = None
+    """The key's signing secret when this batch's ``x_webhook`` made it (shown once)."""
 
 
 def accept_batch(ctx: ApiContext, *, owner: str, body: Any) -> AcceptedBatch:
@@ -54,16 +57,17 @@ def accept_batch(ctx: ApiContext, *, owner: str, body: Any) -> AcceptedBatch:
     engine.plan(template)  # the question set alone within the limits (row count, suffixes)
     _check_items(engine, template, items)
     check_lane(ctx, config.name, priority, rows * len(items))
+    url = webhook_url(ctx, body.get("x_webhook"))
     questions = resolve_taught(ctx, owner=owner, model=config.name,
                                questions=template.questions, stored_questions=body["questions"])
-    batch, job_ids = batches.create_batch(
+    (batch, job_ids), secret = with_signing_secret(ctx, owner, url, lambda: batches.create_batch(
         ctx.db, owner=owner, model=config.name, priority=priority, questions=questions,
         metadata=metadata, items=items, rows_per_item=rows,
-        admit=ctx.quotas.admission(owner, priority, rows * len(items)))
+        admit=ctx.quotas.admission(owner, priority, rows * len(items)), webhook_url=url))
     metrics.jobs_submitted.labels(config.name, priority).inc(len(job_ids))
     ctx.backlog.add(config.name, priority, rows * len(items))
     ctx.queue.batch_stored(job_ids, config.name, priority, owner)
-    return AcceptedBatch(batch=batch, job_ids=job_ids)
+    return AcceptedBatch(batch=batch, job_ids=job_ids, webhook_secret=secret)
 
 
 def _items(raw: Any) -> list[tuple[str, Any]]:

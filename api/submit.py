@@ -73,11 +73,13 @@ timeout (TypeSafe's SDK: 10 s, two retries) land well within it."""
 
 def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
            metadata: dict[str, Any] | None = None, idempotency_key: str | None = None,
-           sync_call: bool = False) -> Accepted:
+           sync_call: bool = False, notify: bool = False,
+           webhook_url: str | None = None) -> Accepted:
     """Store and send a decision job (runs in a worker thread: it tokenizes). A sync call
     joins the job of an identical sync call of the same owner still in flight, and counts as
     one of its waiters; a replay of an Idempotency-Key returns its job. Neither counts
-    against the key's quotas: only a new job does."""
+    against the key's quotas: only a new job does. ``notify``: its finish is announced to the
+    key's webhook endpoints and to ``webhook_url`` (a job submitted to be polled)."""
     request = parse_request(body)
     config = ctx.model(request.model)
     plan = ctx.planners[config.name].plan(request)
@@ -99,7 +101,8 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
             ctx.db, owner=owner, model=config.name, priority=priority, request=kept,
             metadata=metadata, rows=plan.row_total, input_tokens=plan.input_tokens,
             idempotency_key=idempotency_key, request_hash=fingerprint,
-            sync_waiters=1 if sync_call else 0, admit=admission)
+            sync_waiters=1 if sync_call else 0, admit=admission, notify=notify,
+            webhook_url=webhook_url)
     except submission.IdempotencyConflict as conflict:
         raise invalid("header", ["Idempotency-Key"],
                       f"this Idempotency-Key was used for job {conflict} with another body; "

@@ -109,3 +109,10 @@ def rotate_signing_secret(db: Engine, owner: str) -> str:
         connection.execute(webhook_secrets.insert().values(owner=owner, secret=secret,
                                                            created_at=now))
     return secret
+
+
+def forget_signing_secret(db: Engine, owner: str, secret: str) -> None:
+    """Take back a signing secret never shown (the submission that made it was refused)."""
+    with db.begin() as connection:
+        connection.execute(webhook_secrets.delete().where(webhook_secrets.c.owner == owner,
+                                                          webhook_secrets.c.secret == secret))

@@ -20,6 +20,7 @@ from decide.api.errors import not_found
 from decide.api.routes.deps import Context, Owner
 from decide.api.schemas import BatchList, BatchRequest, BatchSchema, request_body, responses
 from decide.api.views import batch_view
+from decide.api.webhook_fields import shown
 from decide.core import result_table
 from decide.core.questions import Collector, parse_questions
 from decide.store import batches, job_reads, jobs
@@ -44,6 +45,7 @@ async def create_batch(request: Request, ctx: Context, owner: Owner) -> JSONResp
     body = await read_json(request)
     accepted = await run_in_threadpool(accept_batch, ctx, owner=owner, body=body)
     view = await run_in_threadpool(_view, ctx, accepted.batch)
+    view.update(shown(accepted.batch.webhook_url, accepted.webhook_secret))
     return JSONResponse(view, status_code=202,
                         headers={"Location": f"/v1/batches/{accepted.batch.id}"})
 

@@ -24,6 +24,7 @@ from decide.api.schemas import (
 from decide.api.submit import accept, checked_priority
 from decide.api.views import job_view, sync_response
 from decide.api.waiting import wait_finished
+from decide.api.webhook_fields import async_webhook, shown, with_signing_secret
 from decide.store import job_reads, jobs, submission
 from decide.store.db import DATABASE_AWAY
 
@@ -74,12 +75,15 @@ async def system_one(request: Request, ctx: Context, owner: Owner) -> JSONRespon
     if isinstance(body, dict) and "x_priority" in body:
         priority = checked_priority(body["x_priority"], "x_priority")
     waits = "respond-async" not in request.headers.get("prefer", "").lower()
-    accepted = await run_in_threadpool(accept, ctx, owner=owner, body=body, priority=priority,
-                                       sync_call=waits)
+    url = await run_in_threadpool(async_webhook, ctx, body, waits)
+    accepted, secret = await run_in_threadpool(
+        with_signing_secret, ctx, owner, url,
+        lambda: accept(ctx, owner=owner, body=body, priority=priority, sync_call=waits,
+                       notify=not waits, webhook_url=url))
     job = accepted.job
     headers = {"X-Job-Id": job.id, **(accepted.rate.headers() if accepted.rate else {})}
     if not waits:
-        return JSONResponse(job_view(job), status_code=202,
+        return JSONResponse({**job_view(job), **shown(url, secret)}, status_code=202,
                             headers={**headers, "Location": f"/v1/jobs/{job.id}"})
     connected, finished = await wait_while_connected(ctx, request, job.id, owner)
     if not connected:  # the caller went away; nobody reads this

@@ -16,11 +16,12 @@ from decide.api.schemas import JobList, JobRequest, JobSchema, request_body, res
 from decide.api.submit import accept, checked_metadata, checked_priority, owned_job
 from decide.api.views import job_view
 from decide.api.waiting import wait_finished
+from decide.api.webhook_fields import shown, webhook_url, with_signing_secret
 from decide.core.protocol import MAX_WAIT_SECONDS
 from decide.store import job_reads, jobs, submission
 
 router = APIRouter()
-JOB_FIELDS = ("priority", "metadata")
+JOB_FIELDS = ("priority", "metadata", "x_webhook")
 
 
 @router.post("/v1/jobs", status_code=202, openapi_extra=request_body(JobRequest),
@@ -35,12 +36,15 @@ async def submit_job(request: Request, ctx: Context, owner: Owner,
     decision = {key: value for key, value in body.items() if key not in JOB_FIELDS}
     if idempotency_key is not None and not 0 < len(idempotency_key) <= 255:
         raise invalid("header", ["Idempotency-Key"], "must be 1 to 255 characters")
-    accepted = await run_in_threadpool(accept, ctx, owner=owner, body=decision,
-                                       priority=priority, metadata=metadata,
-                                       idempotency_key=idempotency_key)
+    url = await run_in_threadpool(webhook_url, ctx, body.get("x_webhook"))
+    accepted, secret = await run_in_threadpool(
+        with_signing_secret, ctx, owner, url,
+        lambda: accept(ctx, owner=owner, body=decision, priority=priority, metadata=metadata,
+                       idempotency_key=idempotency_key, notify=True, webhook_url=url))
     job = accepted.job
     rate = accepted.rate.headers() if accepted.rate else {}
-    return JSONResponse(job_view(job), status_code=202 if accepted.created else 200,
+    return JSONResponse({**job_view(job), **shown(url, secret)},
+                        status_code=202 if accepted.created else 200,
                         headers={"Location": f"/v1/jobs/{job.id}", "X-Job-Id": job.id, **rate})
 
 

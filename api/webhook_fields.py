@@ -1,0 +1,84 @@
+"""Webhooks at the front door (issue 25, item 3): the ``x_webhook`` field of a job or batch and
+an endpoint's URL checked (SSRF: the address, and where a name resolves to), and the key's
+signing secret made, and shown once, when its first ``x_webhook`` URL arrives."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from decide.api.context import ApiContext
+from decide.api.errors import invalid
+from decide.core.questions import json_kind
+from decide.core.webhook_urls import RefusedUrl, WebhookPolicy, check_url
+from decide.store import webhooks
+
+T = TypeVar("T")
+
+
+def resolve_host(host: str, port: int) -> list[str]:
+    return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, port,
+                                                                  type=socket.SOCK_STREAM)})
+
+
+def policy(ctx: ApiContext) -> WebhookPolicy:
+    settings = ctx.settings
+    return WebhookPolicy.of(settings.webhook_allow_private, settings.webhook_cidr_list)
+
+
+def checked_url(ctx: ApiContext, url: Any, loc: list[Any]) -> str:
+    """The URL when a webhook may go there; else a 422 at ``loc`` saying why. A name is
+    resolved and each of its addresses judged (and judged again when a webhook is sent)."""
+    try:
+        return check_url(url, policy(ctx), resolve_host).url
+    except RefusedUrl as refused:
+        raise invalid("body", loc, str(refused), "url_refused") from refused
+
+
+def webhook_url(ctx: ApiContext, value: Any) -> str | None:
+    """The URL of a body's ``x_webhook`` (``{"url": ...}``), None when absent."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise invalid("body", ["x_webhook"], f"x_webhook must be an object {{\"url\": ...}}, "
+                      f"not {json_kind(value)}", "dict_type")
+    unknown = sorted(set(value) - {"url"})
+    if unknown:
+        raise invalid("body", ["x_webhook", unknown[0]], "x_webhook takes only url",
+                      "extra_forbidden")
+    return checked_url(ctx, value.get("url"), ["x_webhook", "url"])
+
+
+def with_signing_secret(ctx: ApiContext, owner: str, url: str | None,
+                        submit: Callable[[], T]) -> tuple[T, str | None]:
+    """``submit()``'s result, and the key's signing secret when this call made it (to be shown
+    once): a key's first ``x_webhook`` URL makes it. A submission refused takes back the
+    secret it made, so no secret exists that was never shown."""
+    made = webhooks.ensure_signing_secret(ctx.db, owner) if url is not None else None
+    try:
+        return submit(), made
+    except BaseException:
+        if made is not None:
+            webhooks.forget_signing_secret(ctx.db, owner, made)
+        raise
+
+
+def shown(url: str | None, secret: str | None) -> dict[str, Any]:
+    """The ``x_webhook`` a 202 answers with: the URL, and the secret the once it is made."""
+    if url is None:
+        return {}
+    return {"x_webhook": {"url": url, **({"secret": secret} if secret else {})}}
+
+
+
+
+def async_webhook(ctx: ApiContext, body: Any, waits: bool) -> str | None:
+    """A System One body's ``x_webhook`` URL: only a call answered at once
+    (``Prefer: respond-async``) may name one; a sync call has its answer in hand."""
+    value = body.get("x_webhook") if isinstance(body, dict) else None
+    if value is not None and waits:
+        raise invalid("body", ["x_webhook"], "x_webhook needs the header Prefer: "
+                      "respond-async (a sync call is answered with its decision)",
+                      "value_error")
+    return webhook_url(ctx, value)
