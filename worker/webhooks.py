@@ -33,8 +33,13 @@ EVENTS_PER_ROUND = 64
 SENDERS = 8
 """Tries in flight at once: one receiver that hangs until its timeout holds one of them."""
 PURGE_EVERY_SECONDS = 3600.0
-LEASE_MARGIN_SECONDS = 20.0
-"""A claim outlives the sender's timeout by this much before another sender tries again."""
+LEASE_MARGIN_SECONDS = 10.0
+
+
+def lease_for(timeout: float) -> float:
+    """How long a claimed try is left to its sender before another may try again: above the
+    longest a try can take (httpx's timeout bounds each of connect, write and read)."""
+    return 4 * timeout + LEASE_MARGIN_SECONDS
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,7 @@ def webhook_delivery(db: Database, settings: Settings) -> WebhookDelivery:
         db=db, sender=Sender(policy_of(settings), settings.webhook_timeout_seconds),
         backoff=Backoff(settings.webhook_retry_seconds, settings.webhook_retry_max_seconds,
                         settings.webhook_give_up_seconds),
-        lease_seconds=settings.webhook_timeout_seconds + LEASE_MARGIN_SECONDS,
+        lease_seconds=lease_for(settings.webhook_timeout_seconds),
         keep_seconds=settings.retention_days * 86_400)
 
 
