@@ -6,11 +6,19 @@ endpoint's delivery log shows the failed tries. Without the operator's allowance
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from tests.api.conftest import Server, wait_for_status
+from tests.support.own_servers import free_port
 from tests.support.waits import wait_until
 from tests.support.webhook_receiver import Receiver
+
+ROOT = Path(__file__).resolve().parents[2]
 
 QUESTIONS = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
 ALLOWED = {"DECIDE_API_KEYS": "key-alpha", "DECIDE_WEBHOOK_ALLOWED_CIDRS": "127.0.0.0/8",
@@ -90,3 +98,39 @@ def test_a_webhook_to_loopback_is_refused_without_the_operators_allowance(open_s
                                             "x_webhook": {"url": "http://127.0.0.1:9/"}})
         assert job.status_code == 422
         assert job.json()["detail"][0]["loc"] == ["body", "x_webhook", "url"]
+
+
+def readme_receiver() -> str:
+    section = (ROOT / "README.md").read_text().split(
+        "### Webhooks: called back when a job finishes")[1].split("\n### ")[0]
+    return section.split("```python\n")[1].split("```")[0]
+
+
+def test_the_readmes_receiver_runs(tmp_path):
+    """The README's receiver, as written, against a real server allowed to reach loopback the
+    way the README says: it verifies the signature and prints the event."""
+    script = tmp_path / "receiver.py"
+    script.write_text(readme_receiver())
+    port = free_port()
+    server = Server(tmp_path, {"DECIDE_API_KEYS": "", "DECIDE_WEBHOOK_ALLOWED_CIDRS":
+                               "127.0.0.1/32"})
+    output = tmp_path / "receiver.out"
+    receiver = None
+    try:
+        with server.client() as client:
+            endpoint = client.post("/v1/webhooks",
+                                   json={"url": f"http://127.0.0.1:{port}/hooks"}).json()
+            receiver = subprocess.Popen(
+                [sys.executable, str(script)], stdout=output.open("w"), stderr=subprocess.STDOUT,
+                env={**os.environ, "WEBHOOK_SECRET": endpoint["secret"], "PORT": str(port)})
+            job = client.post("/v1/jobs", json={"state": "Charged twice, refund please.",
+                                                "questions": QUESTIONS}).json()
+            wait_until(lambda: f"job.finished {job['id']} succeeded" in output.read_text(), 60,
+                       what=lambda: output.read_text())
+            log = client.get(f"/v1/webhooks/{endpoint['id']}/deliveries").json()["data"]
+            assert any(entry["status_code"] == 204 for entry in log)
+    finally:
+        if receiver is not None:
+            receiver.terminate()
+            receiver.wait(10)
+        server.stop()
