@@ -123,14 +123,22 @@ class CeleryWorker:
                              f"self-check: {self._runner.problem}")
 
     def _serve_metrics(self) -> None:
+        """On the first free port from the configured one (another worker on this host may
+        hold it); the port taken is logged and recorded with the heartbeat."""
         if not self._metrics_port:
             return
+        first = self._metrics_port
         try:
-            metrics.serve(self._metrics_port, self._settings.host)
+            self._metrics_port = metrics.serve(first, self._settings.host)
         except OSError as error:  # decoding matters more than this worker's metrics
-            log.error("cannot serve metrics on port %d (%s): pass --metrics-port to each "
-                      "worker on this host", self._metrics_port, error)
+            log.error("cannot serve metrics on ports %d to %d (%s): pass --metrics-port to "
+                      "each worker on this host", first, first + metrics.PORTS_TRIED - 1,
+                      error)
             self._metrics_port = None
+            return
+        log.info("worker metrics on http://%s:%d/metrics%s", self._settings.host,
+                 self._metrics_port,
+                 "" if self._metrics_port == first else f" ({first} was taken)")
 
     def _register_task(self) -> None:
         @self._broker.celery.task(name=TASK_NAME)

@@ -102,9 +102,23 @@ class LaneCollector(Collector):
         yield from (depth, age, workers)
 
 
-def serve(port: int, host: str) -> None:
-    """Serve this process's metrics on ``host:port`` (a worker's metrics port) in a thread."""
-    start_http_server(port, addr=host)
+PORTS_TRIED = 100
+"""How many ports from the configured one a worker tries for its metrics (9101 to 9200)."""
+
+
+def serve(port: int, host: str, tries: int = PORTS_TRIED) -> int:
+    """Serve this process's metrics on ``host`` in a thread, on the first free port from
+    ``port`` up (several workers on one host take 9101, 9102, ...); the port taken. Raises
+    the last ``OSError`` when none of ``tries`` ports is free."""
+    failure = OSError(f"no port from {port} to try")
+    for candidate in range(port, min(port + tries, 65536)):
+        try:
+            start_http_server(candidate, addr=host)
+        except OSError as error:
+            failure = error
+            continue
+        return candidate
+    raise failure
 
 
 class Exposition:

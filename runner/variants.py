@@ -70,7 +70,10 @@ def candidates(flags: frozenset[str], choice: str = AUTO,
                faster: tuple[Variant, ...] = FASTER) -> list[Variant]:
     """Builds to try, fastest first (of ``faster``, this installation's own); the installed one
     last. ``choice`` "baseline" (or an operator's own ``LLAMA_CPP_LIB_PATH``) leaves only the
-    installed one; a build's name leaves only that build (``pinned``)."""
+    installed one; a build's name leaves only that build (``pinned``, before any library
+    path in the environment: the runner's environment then points at the pinned build)."""
+    if choice not in (AUTO, BASELINE):
+        return [pinned(choice, flags, faster)]
     installed = Variant(installed_baseline(), None)
     if LIBRARY_PATH_VARIABLE in os.environ:  # chosen already: by an operator, or in-process
         chosen = Path(os.environ[LIBRARY_PATH_VARIABLE])
@@ -78,8 +81,6 @@ def candidates(flags: frozenset[str], choice: str = AUTO,
         return [known.get(chosen, Variant(f"{LIBRARY_PATH_VARIABLE}={chosen}", chosen))]
     if choice == BASELINE:
         return [installed]
-    if choice != AUTO:
-        return [pinned(choice, flags, faster)]
     usable = [variant for variant in faster if _installed_here(variant) and variant.needs <= flags]
     return [*usable, installed]
 

@@ -154,8 +154,8 @@ def _add_operating_commands(commands: Any) -> None:
     worker = commands.add_parser("worker", help="a Celery worker holding one model")
     worker.add_argument("--model", help="the configured model it serves (default: the default)")
     worker.add_argument("--metrics-port", type=int,
-                        help="serve Prometheus metrics on this port (default "
-                             "DECIDE_WORKER_METRICS_PORT, 9101; 0: none)")
+                        help="serve Prometheus metrics on the first free port from this "
+                             "one (default DECIDE_WORKER_METRICS_PORT, 9101; 0: none)")
     worker.set_defaults(handler=_in_service("worker"))
 
 

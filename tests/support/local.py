@@ -78,18 +78,22 @@ class LocalCluster:
                                 stdout=log, stderr=subprocess.STDOUT)
 
     def start_worker(self, model: str | None = None, own_pid_namespace: bool = False,
-                     clock_offset: str | None = None) -> subprocess.Popen:
+                     clock_offset: str | None = None,
+                     default_metrics_port: bool = False) -> subprocess.Popen:
         """A ``decide worker``; with ``own_pid_namespace`` it is PID 1 of a PID namespace of
         its own, as in a container (killing the returned process kills it); with
         ``clock_offset`` (``"-30s"``) its wall clock, and its runner's, is moved by libfaketime
-        (``faketime``)."""
+        (``faketime``). Its metrics go to a free port of the test's choosing, or with
+        ``default_metrics_port`` where an operator's worker puts them (9101 or the next free
+        port above it)."""
         prefix: tuple[str, ...] = ()
         if clock_offset:
             prefix += ("env", "FAKETIME_DONT_FAKE_MONOTONIC=1", "faketime", "-f", clock_offset)
         if own_pid_namespace:
             prefix = ("unshare", "--pid", "--mount-proc", "--kill-child", *prefix)
-        process = self._spawn("worker", "--metrics-port", str(free_port()),
-                              *(["--model", model] if model else []), prefix=prefix)
+        ports = () if default_metrics_port else ("--metrics-port", str(free_port()))
+        process = self._spawn("worker", *ports, *(["--model", model] if model else []),
+                              prefix=prefix)
         self.workers.append(process)
         return process
 

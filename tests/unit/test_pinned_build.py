@@ -67,3 +67,11 @@ _QUEUED = {"id": "job_1", "owner": "public", "model": "m", "priority": "backgrou
            "error": None, "rows": 1, "input_tokens": 5, "idempotency_key": None,
            "request_hash": None, "cancel_requested": False, "decode_runs": 0,
            "created_at": 1.0, "started_at": None, "finished_at": None, "decode_ms": None}
+
+
+def test_a_pin_comes_before_a_library_path_in_the_environment(faster, monkeypatch, tmp_path):
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(tmp_path / "elsewhere"))
+    assert candidates(FLAGS, "x86-64-v4", faster=(faster,)) == [faster]
+    assert variants.environment_for(faster)["LLAMA_CPP_LIB_PATH"] == str(faster.library_path)
+    with pytest.raises(BuildUnavailable):
+        candidates(FLAGS, "x86-64-v9", faster=(faster,))
