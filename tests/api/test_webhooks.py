@@ -76,10 +76,15 @@ def test_every_event_reaches_a_receiver_that_was_down_once_across_a_restart(tmp_
         assert all(data["status"] == "succeeded" and 0 <= data["result"]["answers"]["refund"]
                    ["noul"] <= 1 for data in finished.values())
         with server.client("key-alpha") as client:
-            log = client.get(f"/v1/webhooks/{endpoint['id']}/deliveries",
-                             params={"limit": 100}).json()["data"]
+            def read_log() -> list[dict]:
+                return client.get(f"/v1/webhooks/{endpoint['id']}/deliveries",
+                                  params={"limit": 100}).json()["data"]
+
+            # a try is recorded once the receiver has answered it
+            wait_until(lambda: sum(entry["delivered"] for entry in read_log()) == 5)
+            log = read_log()
         delivered = [entry for entry in log if entry["delivered"]]
-        assert len(delivered) == 5 and {entry["status_code"] for entry in delivered} == {204}
+        assert {entry["status_code"] for entry in delivered} == {204}
         assert all(entry["attempt"] > 1 for entry in delivered)  # each after failed tries
         assert any("ConnectError" in (entry["error"] or "") for entry in log)
     finally:
@@ -127,8 +132,11 @@ def test_the_readmes_receiver_runs(tmp_path):
                                                 "questions": QUESTIONS}).json()
             wait_until(lambda: f"job.finished {job['id']} succeeded" in output.read_text(), 60,
                        what=lambda: output.read_text())
-            log = client.get(f"/v1/webhooks/{endpoint['id']}/deliveries").json()["data"]
-            assert any(entry["status_code"] == 204 for entry in log)
+            # the try is recorded once the receiver has answered: wait for it, then count it
+            wait_until(lambda: any(entry["status_code"] == 204 for entry in client.get(
+                f"/v1/webhooks/{endpoint['id']}/deliveries").json()["data"]))
+            wait_until(lambda: 'decide_webhook_deliveries_total{event="job.finished",'
+                       'outcome="delivered"} 1.0' in client.get("/metrics").text)
     finally:
         if receiver is not None:
             receiver.terminate()
