@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,13 @@ from typing import Any
 import llama_cpp
 
 from decide.llm.system_info import enabled_features
+
+
+def loaded_library() -> Path:
+    """The folder of the llama.cpp libraries this process loaded: a variant build's
+    (``LLAMA_CPP_LIB_PATH``, read by llama-cpp-python at import) or the installed one."""
+    chosen = os.environ.get("LLAMA_CPP_LIB_PATH")
+    return Path(chosen) if chosen else Path(llama_cpp.__file__).parent / "lib"
 
 
 def build_info() -> dict[str, Any]:

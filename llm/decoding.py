@@ -5,16 +5,23 @@ in-process decoding's: ``decide run``, ``eval``, ``teach``, the tests). The API 
 from __future__ import annotations
 
 from decide.config.settings import Settings
+from decide.llm.build_info import loaded_library
 from decide.llm.catalog import ModelConfig
 from decide.llm.engines import LoadedEngine, gpu_layers, load_engine
 from decide.llm.gguf import GgufModel
+from decide.llm.packing_verdicts import PackingVerdicts, cpu_flags, verdict_key
 from decide.llm.reader import LlamaReader
+from decide.llm.threads import default_threads
 
 
 def _make_reader(model: GgufModel, window: int, config: ModelConfig,
                  settings: Settings) -> LlamaReader:
-    return LlamaReader(model, context_size=window, threads=config.threads or settings.threads,
-                       gpu_offload=gpu_layers(config, settings))
+    threads = config.threads or settings.threads or default_threads()
+    key = verdict_key(library=loaded_library(), model=model.path, threads=threads,
+                      flags=cpu_flags())
+    return LlamaReader(model, context_size=window, threads=threads,
+                       gpu_offload=gpu_layers(config, settings),
+                       verdicts=PackingVerdicts(settings.data_dir, key))
 
 
 def load_decoding_engine(config: ModelConfig, settings: Settings) -> LoadedEngine:

@@ -50,6 +50,7 @@ from decide.llm.packing import (
     rounds,
     split_row,
 )
+from decide.llm.packing_verdicts import PackingVerdicts
 from decide.llm.threads import default_threads
 
 DEFAULT_BATCH = 512
@@ -66,8 +67,12 @@ class LlamaReader:
     """The engine's ``RowReader`` over a loaded model's llama.cpp contexts."""
 
     def __init__(self, model: GgufModel, *, context_size: int, threads: int | None = None,
-                 batch_size: int = DEFAULT_BATCH, gpu_offload: int = 0) -> None:
+                 batch_size: int = DEFAULT_BATCH, gpu_offload: int = 0,
+                 verdicts: PackingVerdicts | None = None) -> None:
+        """``verdicts``: where the packing check's finding is remembered for this build, CPU
+        and model file (``llm.packing_verdicts``); None checks at every start."""
         self.model = model
+        self._verdicts = verdicts
         self.context_size = context_size
         self.batch_size = batch_size
         self.threads = threads or default_threads()
@@ -155,13 +160,29 @@ class LlamaReader:
     def _check_packing(self) -> None:
         """Read made-up option rows packed together, backwards and (three of them) alone, once
         per reader, before its first packed row; unless all three give the same bits, read option
-        rows one by one from then on.
+        rows one by one from then on. What it found is remembered per build, CPU and model file
+        (``verdicts``), so a reader that starts again on the same ones reads it instead.
 
         The batching rule (``llm.packing``) is derived from the CPU kernels of the build this
         project installs; a host whose kernels differ (another instruction set, a llama.cpp
         built otherwise) would make a row's numbers depend on its companions. That host then
         answers a little slower, never differently by company."""
         self._packing_checked = True
+        holds = self._verdicts.known() if self._verdicts is not None else None
+        if holds is None:
+            holds = self._rule_holds()
+            if self._verdicts is not None:
+                self._verdicts.record(holds)
+        if holds:
+            return
+        self.packed = False
+        log.warning("model %r: this host's llama.cpp build gives packed option rows numbers "
+                    "that depend on their companions; reading option rows one by one",
+                    self.model.name)
+
+    def _rule_holds(self) -> bool:
+        """Whether made-up option rows give the same bits packed together, backwards and
+        (three of them) alone."""
         prefix, rows = packing_check_rows(self.model.vocab_size)
 
         def packed(order: Sequence[Row]) -> list[list[float]]:
@@ -172,13 +193,8 @@ class LlamaReader:
         together = packed(rows)
         backwards = packed(rows[::-1])[::-1]
         edges = (0, 3, len(rows) - 1)  # a first row, a deepest leaf, the last piece's last
-        if together == backwards and all(packed([rows[index]])[0] == together[index]
-                                         for index in edges):
-            return
-        self.packed = False
-        log.warning("model %r: this host's llama.cpp build gives packed option rows numbers "
-                    "that depend on their companions; reading option rows one by one",
-                    self.model.name)
+        return together == backwards and all(packed([rows[index]])[0] == together[index]
+                                             for index in edges)
 
     def _read_packed(self, prefix: tuple[int, ...], rows: Sequence[Row], first: int, end: int,
                      results: list[list[float]],

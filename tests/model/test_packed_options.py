@@ -147,6 +147,50 @@ def test_this_host_keeps_the_batching_rule(default_engine):
     assert reader._packing_checked and reader.packed
 
 
+def test_the_checks_verdict_is_remembered_for_the_next_reader(default_engine, tmp_path):
+    """A reader that starts with no verdict for its build, CPU and model checks and records
+    it; the next reader on the same key reads the verdict instead of decoding the check, and
+    a recorded "does not hold" reads option rows one by one without decoding the check."""
+    from decide.llm.packing_verdicts import PackingVerdicts
+    from decide.llm.reader import LlamaReader
+
+    model = default_engine.reader.model
+    prefix, rows = first_option_row(default_engine, questions={"q": choice(TEAMS[:3])})
+    verdicts = PackingVerdicts(tmp_path, "this-build-cpu-and-model")
+    answers = []
+    for expected_reads in (2, 1):  # the check's reading and the row's, then the row's alone
+        reader = LlamaReader(model, context_size=2048, verdicts=verdicts)
+        calls = counting_packed_reads(reader)
+        try:
+            answers.append(reader.read(prefix, rows))
+            assert verdicts.known() is True and reader.packed
+            assert len(calls) >= expected_reads and (expected_reads == 2 or len(calls) == 1)
+        finally:
+            reader.close()
+    verdicts.record(False)
+    reader = LlamaReader(model, context_size=2048, verdicts=verdicts)
+    calls = counting_packed_reads(reader)
+    try:
+        assert answers[0] == answers[1]  # checked, or read from the verdict: the same bits
+        assert len(reader.read(prefix, rows)) == len(rows)
+        assert not reader.packed and calls == []
+    finally:
+        reader.close()
+
+
+def counting_packed_reads(reader) -> list[int]:
+    """Rows per packed reading the reader makes from now on."""
+    real = reader._read_packed
+    calls: list[int] = []
+
+    def counted(prefix, rows, first, end, results, before_row, hidden):
+        calls.append(end - first)
+        real(prefix, rows, first, end, results, before_row, hidden)
+
+    reader._read_packed = counted
+    return calls
+
+
 def test_a_host_that_breaks_the_rule_reads_option_rows_one_by_one(default_engine, monkeypatch,
                                                                   caplog):
     """Where the check finds packed rows that differ by company, the reader stops packing and
