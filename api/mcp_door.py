@@ -31,6 +31,7 @@ from decide.api.rerank import rerank
 from decide.api.submit import accept, owned_job
 from decide.api.views import job_view, sync_response
 from decide.api.waiting import wait_finished
+from decide.api.webhook_fields import shown, webhook_url, with_signing_secret
 from decide.store import jobs, submission
 from decide.store.db import DATABASE_AWAY
 
@@ -75,10 +76,15 @@ class FrontDoorTools:
         return await rerank(self.ctx, self.owner, body)
 
     async def submit_job(self, job: mcp_tools.JobArguments) -> dict[str, Any]:
-        accepted = await run_in_threadpool(
-            accept, self.ctx, owner=self.owner, body=job.body, priority=job.priority,
-            metadata=job.metadata, idempotency_key=job.idempotency_key)
-        return job_view(accepted.job)
+        """As ``POST /v1/jobs``: its finish announced to the key's webhooks, and to
+        ``x_webhook`` (its secret shown once, when this call made it)."""
+        url = await run_in_threadpool(webhook_url, self.ctx, job.webhook)
+        accepted, secret = await run_in_threadpool(
+            with_signing_secret, self.ctx, self.owner, url,
+            lambda: accept(self.ctx, owner=self.owner, body=job.body, priority=job.priority,
+                           metadata=job.metadata, idempotency_key=job.idempotency_key,
+                           notify=True, webhook_url=url))
+        return {**job_view(accepted.job), **shown(url, secret)}
 
     async def get_job(self, job_id: str, wait: float | None) -> dict[str, Any]:
         if not wait:

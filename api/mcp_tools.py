@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from decide.api.errors import invalid
 from decide.api.schemas import (
@@ -32,7 +32,14 @@ IDEMPOTENCY_KEY_MAX = 255
 """As the ``Idempotency-Key`` header of ``POST /v1/jobs``."""
 
 
+class WebhookTarget(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(description="where job.finished is sent, signed (Standard Webhooks)")
+
+
 class SubmitJobArguments(JobRequest):
+    x_webhook: WebhookTarget | None = Field(
+        None, description="call this URL when the job has finished (as POST /v1/jobs)")
     idempotency_key: str | None = Field(
         None, min_length=1, max_length=IDEMPOTENCY_KEY_MAX,
         description="the same key and the same arguments return the same job "
@@ -120,9 +127,11 @@ class JobArguments:
     priority: str
     metadata: dict[str, Any] | None
     idempotency_key: str | None
+    webhook: Any = None
+    """``x_webhook`` as given: checked by the backend that sends webhooks, as the route does."""
 
 
-JOB_FIELDS = ("priority", "metadata", "idempotency_key")
+JOB_FIELDS = ("priority", "metadata", "idempotency_key", "x_webhook")
 
 
 def job_arguments(arguments: Any) -> JobArguments:
@@ -137,7 +146,8 @@ def job_arguments(arguments: Any) -> JobArguments:
                       "characters", "string_type")
     body = {name: value for name, value in given.items() if name not in JOB_FIELDS}
     parse_request(body)
-    return JobArguments(body=body, priority=priority, metadata=metadata, idempotency_key=key)
+    return JobArguments(body=body, priority=priority, metadata=metadata, idempotency_key=key,
+                        webhook=given.get("x_webhook"))
 
 
 def get_job_arguments(arguments: Any) -> tuple[str, float | None]:

@@ -123,6 +123,9 @@ class LocalTools:
     def _accept(self, job: mcp_tools.JobArguments) -> LocalJob:
         """Plan the job (its limits checked now, as the service checks them before storing),
         keep it, and put it in line; an idempotency key's replay answers its job."""
+        if job.webhook is not None:
+            raise invalid("arguments", ["x_webhook"], "webhooks are sent by a service: run "
+                          "decide mcp --url to have one called, or poll with get_job")
         with self._book:
             fingerprint = (job.body, job.priority, job.metadata)
             if job.idempotency_key in self._keys:

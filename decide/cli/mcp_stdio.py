@@ -21,7 +21,7 @@ from mcp.server.stdio import stdio_server
 from decide.api import mcp_tools
 from decide.api.mcp_server import Backend, ToolFailure, build_server
 from decide.client import AsyncClient, Job
-from decide.client.errors import APIError
+from decide.client.errors import APIError, InvalidRequestError
 
 
 def job_wire(job: Job) -> dict[str, Any]:
@@ -31,7 +31,10 @@ def job_wire(job: Job) -> dict[str, Any]:
 
 
 def refused(error: APIError) -> ToolFailure:
-    """The service's error answer in the words a tool error uses: ``error_type: message``."""
+    """The service's error answer in the words a tool error uses: ``error_type: message``, a
+    422 as the front door's tools say it (``invalid arguments: field: what is allowed``)."""
+    if isinstance(error, InvalidRequestError):
+        return ToolFailure(f"invalid arguments: {error.message}")
     return ToolFailure(f"{error.error_type or 'error'}: {error.message}")
 
 
@@ -52,8 +55,9 @@ class RemoteTools:
         return decision.raw
 
     async def rerank(self, body: dict[str, Any]) -> dict[str, Any]:
-        """``POST /v1/rerank``: the client has no call of its own for it; its ``_call`` brings
-        the retries and the typed errors every call has."""
+        """``POST /v1/rerank``. It and ``submit_job`` send the arguments as they are (the
+        client's own calls would drop fields it does not know, like ``x_webhook``) through the
+        client's ``_call``, for the retries and the typed errors every call has."""
         try:
             answer, _ = await self.client._call("POST", "/v1/rerank", json_body=body)
         except APIError as error:
@@ -61,14 +65,18 @@ class RemoteTools:
         return answer
 
     async def submit_job(self, job: mcp_tools.JobArguments) -> dict[str, Any]:
+        """``POST /v1/jobs`` with the arguments as its body (``x_webhook`` included), the
+        idempotency key as its header."""
+        body = {**job.body, "priority": job.priority,
+                **({"metadata": job.metadata} if job.metadata is not None else {}),
+                **({"x_webhook": job.webhook} if job.webhook is not None else {})}
+        headers = {"Idempotency-Key": job.idempotency_key} if job.idempotency_key else None
         try:
-            submitted = await self.client.submit(
-                job.body["state"], job.body["questions"], model=job.body.get("model"),
-                priority=job.priority, metadata=job.metadata,
-                idempotency_key=job.idempotency_key)
+            answer, _ = await self.client._call("POST", "/v1/jobs", json_body=body,
+                                                headers=headers)
         except APIError as error:
             raise refused(error) from error
-        return job_wire(submitted)
+        return answer
 
     async def get_job(self, job_id: str, wait: float | None) -> dict[str, Any]:
         try:

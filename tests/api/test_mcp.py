@@ -108,6 +108,10 @@ async def every_tool(session: ClientSession) -> dict[str, Any]:
     bad = await session.call_tool("decide", BAD)
     assert bad.is_error
     answers["bad"] = bad.content[0].text
+    hook = await session.call_tool("submit_job", {"state": TICKET, "questions": QUESTIONS,
+                                                  "x_webhook": {"url": "http://127.0.0.1:9/"}})
+    assert hook.is_error  # loopback: refused unless the operator allows it
+    answers["hook"] = hook.content[0].text
     return answers
 
 
@@ -123,6 +127,7 @@ def check(answers: dict[str, Any], served: dict[str, Any]) -> None:
     assert answers["bad"].startswith("invalid arguments: questions.q.criteria: "), \
         answers["bad"]
     assert "2 to 255" in answers["bad"]
+    assert answers["hook"].startswith("invalid arguments: x_webhook"), answers["hook"]
 
 
 def owned_by_alpha(server: Server, job_id: str) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from itertools import count
 
+from decide.store import outbox
 from tests.app.conftest import KEYS
 
 ALPHA, BETA, _ = KEYS
@@ -115,3 +116,23 @@ def test_a_bad_argument_is_a_tool_error_naming_the_field(front_door):
     unknown = call(front_door, "decide", {"state": "s", "questions": {"r": NOUL},
                                           "model": "nope"})
     assert unknown["isError"] and "unknown model 'nope'" in unknown["content"][0]["text"]
+
+
+def test_a_submitted_job_calls_its_webhook_as_post_v1_jobs_does(front_door_factory):
+    door = front_door_factory(api_keys=",".join(KEYS), webhook_allow_private=True)
+    arguments = {"state": "s", "questions": {"r": NOUL},
+                 "x_webhook": {"url": "http://127.0.0.1:9/hook"}}
+    job = call(door, "submit_job", arguments)["structuredContent"]
+    assert job["x_webhook"]["url"] == "http://127.0.0.1:9/hook"
+    assert job["x_webhook"]["secret"]  # the key's first webhook: its secret, shown once
+    again = call(door, "submit_job", arguments)["structuredContent"]
+    assert "secret" not in again["x_webhook"]
+    assert [event.event_type for event in outbox.events_of(door.db, job["id"])] == [
+        "job.finished"]
+
+
+def test_a_webhook_to_loopback_is_refused_naming_the_field(front_door):
+    refused = call(front_door, "submit_job", {"state": "s", "questions": {"r": NOUL},
+                                              "x_webhook": {"url": "http://127.0.0.1:9/"}})
+    assert refused["isError"] is True
+    assert refused["content"][0]["text"].startswith("invalid arguments: x_webhook.url: ")

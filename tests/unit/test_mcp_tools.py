@@ -37,7 +37,7 @@ def test_the_schemas_are_the_http_apis_models():
     assert mcp_tools.input_schema(by_name["rerank"]) == RerankRequestSchema.model_json_schema()
     submit = mcp_tools.input_schema(by_name["submit_job"])["properties"]
     assert set(submit) == set(JobRequest.model_json_schema()["properties"]) | {
-        "idempotency_key"}
+        "idempotency_key", "x_webhook"}
     assert mcp_tools.output_schema(by_name["decide"]) == SystemOneResponse.model_json_schema(
         mode="serialization")
     assert mcp_tools.output_schema(by_name["rerank"])["title"] == RerankResponse.__name__
@@ -89,6 +89,9 @@ def test_good_arguments_reach_the_backend_split_as_the_routes_split_them():
     assert job == mcp_tools.JobArguments(body={"state": "s", "questions": {"r": NOUL}},
                                          priority="foreground", metadata={"t": 1},
                                          idempotency_key="k1")
+    hooked = mcp_tools.job_arguments({"state": "s", "questions": {"r": NOUL},
+                                      "x_webhook": {"url": "https://example.com/h"}})
+    assert hooked.webhook == {"url": "https://example.com/h"} and "x_webhook" not in hooked.body
     assert mcp_tools.decide_request({"state": "s", "questions": {"r": NOUL}})[1] == "foreground"
     assert mcp_tools.get_job_arguments({"id": "job_1", "wait": 5}) == ("job_1", 5.0)
 
