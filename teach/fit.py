@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
 
 from decide.core.taught import ORDINAL, SOFTMAX, TaughtReadout, zero_shot_feature
 
@@ -245,6 +244,8 @@ def _fit_softmax(z: np.ndarray, y: np.ndarray, k: int,
                                    difference.sum(axis=0)])
         return value, gradient
 
+    from scipy.optimize import minimize  # half a second of imports, paid by a fit only
+
     result = minimize(loss, np.zeros(k * d + k), jac=True, method="L-BFGS-B",
                       options={"maxiter": MAX_ITERATIONS})
     return result.x[:k * d].reshape(k, d), result.x[k * d:]
@@ -297,6 +298,8 @@ def _fit_ordinal(z: np.ndarray, y: np.ndarray, k: int,
         tail = np.cumsum(grad_thresholds[::-1])[::-1]
         grad_raw = np.concatenate([[tail[0]], tail[1:] * np.exp(raw[1:])])
         return value, np.concatenate([grad_weights, grad_raw])
+
+    from scipy.optimize import minimize
 
     result = minimize(loss, np.concatenate([np.zeros(d), start_raw]), jac=True,
                       method="L-BFGS-B", options={"maxiter": MAX_ITERATIONS})
