@@ -112,23 +112,30 @@ def record_try(db: Engine, event: Event, outcome: Try, *, retry_in: float | None
     return status
 
 
-def note_completed_batches(db: Engine, limit: int = 200) -> list[str]:
-    """Batches whose every item has finished and whose completion is not noted yet: each is
-    noted, and its ``batch.completed`` events written, in one transaction (once, whoever
-    else looks at the same time). Returns the batches noted."""
+@dataclass(frozen=True)
+class Noted:
+    batches: list[str]
+    """The batches noted complete by this call."""
+    after: str | None
+    """Where the next call goes on looking (None: from the first unnoted batch again)."""
+
+
+def note_completed_batches(db: Engine, limit: int = 200, after: str | None = None) -> Noted:
+    """Up to ``limit`` unnoted batches (those after ``after``) looked at: each whose every
+    item has finished is noted, and its ``batch.completed`` events written, in one
+    transaction (once, whoever else looks at the same time)."""
+    query = (select(batch_table.c.id, batch_table.c.total)
+             .where(batch_table.c.completion_noted == False))  # noqa: E712
+    if after is not None:
+        query = query.where(batch_table.c.id > after)
     with db.connect() as connection:
-        waiting = connection.execute(
-            select(batch_table.c.id, batch_table.c.total)
-            .where(batch_table.c.completion_noted == False)  # noqa: E712
-            .order_by(batch_table.c.id).limit(limit)).all()
+        waiting = connection.execute(query.order_by(batch_table.c.id).limit(limit)).all()
     if not waiting:
-        return []
+        return Noted([], None)
     progress = batches.progress_of(db, [row.id for row in waiting])
-    noted = []
-    for row in waiting:
-        if progress[row.id].finished >= row.total and _note(db, row.id):
-            noted.append(row.id)
-    return noted
+    noted = [row.id for row in waiting
+             if progress[row.id].finished >= row.total and _note(db, row.id)]
+    return Noted(noted, waiting[-1].id if len(waiting) == limit else None)
 
 
 def _note(db: Engine, batch_id: str) -> bool:

@@ -88,6 +88,7 @@ class WebhookDelivery:
         self._thread = threading.Thread(target=self._loop, name="decide-webhooks", daemon=True)
         self._pool = ThreadPoolExecutor(SENDERS, thread_name_prefix="decide-webhook")
         self._purged_at = -PURGE_EVERY_SECONDS
+        self._batches_after: str | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -111,7 +112,9 @@ class WebhookDelivery:
 
     def round(self) -> int:
         """Note completed batches, then try every due event once; returns the tries made."""
-        for batch_id in outbox.note_completed_batches(self._db):
+        noted = outbox.note_completed_batches(self._db, after=self._batches_after)
+        self._batches_after = noted.after  # round by round through every open batch
+        for batch_id in noted.batches:
             log.info("batch %s completed; its events are written", batch_id)
         self._purge_if_due()
         due = outbox.due_events(self._db, EVENTS_PER_ROUND)

@@ -83,7 +83,8 @@ async def system_one(request: Request, ctx: Context, owner: Owner) -> JSONRespon
     job = accepted.job
     headers = {"X-Job-Id": job.id, **(accepted.rate.headers() if accepted.rate else {})}
     if not waits:
-        return JSONResponse({**job_view(job), **shown(url, secret)}, status_code=202,
+        return JSONResponse({**job_view(job), **shown(job.webhook_url, secret)},
+                            status_code=202,
                             headers={**headers, "Location": f"/v1/jobs/{job.id}"})
     connected, finished = await wait_while_connected(ctx, request, job.id, owner)
     if not connected:  # the caller went away; nobody reads this

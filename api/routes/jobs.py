@@ -43,7 +43,7 @@ async def submit_job(request: Request, ctx: Context, owner: Owner,
                        idempotency_key=idempotency_key, notify=True, webhook_url=url))
     job = accepted.job
     rate = accepted.rate.headers() if accepted.rate else {}
-    return JSONResponse({**job_view(job), **shown(url, secret)},
+    return JSONResponse({**job_view(job), **shown(job.webhook_url, secret)},
                         status_code=202 if accepted.created else 200,
                         headers={"Location": f"/v1/jobs/{job.id}", "X-Job-Id": job.id, **rate})
 

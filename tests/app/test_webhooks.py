@@ -146,7 +146,7 @@ def test_a_batch_url_is_told_once_every_item_has_finished(front_door):
     assert made.status_code == 202, made.text
     batch = made.json()
     assert batch["x_webhook"]["url"] == PUBLIC and batch["x_webhook"]["secret"]
-    assert outbox.note_completed_batches(front_door.db) == [batch["id"]]
+    assert outbox.note_completed_batches(front_door.db).batches == [batch["id"]]
     (event,) = outbox.events_of(front_door.db, batch["id"])
     assert event.event_type == "batch.completed" and event.url == PUBLIC
     refused = front_door.client.post("/v1/batches", headers=alpha, json={
@@ -154,3 +154,14 @@ def test_a_batch_url_is_told_once_every_item_has_finished(front_door):
         "items": [{"custom_id": "a", "state": "x"}]})
     assert refused.status_code == 422
     assert refused.json()["detail"][0]["loc"] == ["body", "x_webhook", "url"]
+
+
+def test_a_replayed_idempotency_key_shows_the_jobs_own_url(front_door):
+    alpha = {**front_door.keyed("key-alpha"), "Idempotency-Key": "ticket-1"}
+    first = front_door.client.post("/v1/jobs", headers=alpha,
+                                   json={**JOB, "x_webhook": {"url": PUBLIC}})
+    again = front_door.client.post("/v1/jobs", headers=alpha,
+                                   json={**JOB, "x_webhook": {"url": PUBLIC + "/other"}})
+    assert first.status_code == 202 and again.status_code == 200
+    assert again.json()["id"] == first.json()["id"]
+    assert again.json()["x_webhook"] == {"url": PUBLIC}

@@ -114,13 +114,13 @@ def test_a_batch_completion_is_noted_once_when_its_last_item_finishes(db):
         webhook_url="https://batch.example/hook")
     first = job_claims.claim_job(db, job_ids[0])
     job_claims.finish_job(db, first, status=jobs.SUCCEEDED, result={"answers": {}})
-    assert outbox.note_completed_batches(db) == []  # one item still queued
+    assert outbox.note_completed_batches(db).batches == []  # one item still queued
     assert outbox.events_of(db, job_ids[0]) == []  # a batch item is not announced alone
     second = job_claims.claim_job(db, job_ids[1])
     job_claims.finish_job(db, second, status=jobs.FAILED, error={"error_type": "x",
                                                                  "message": "y"})
-    assert outbox.note_completed_batches(db) == [batch.id]
-    assert outbox.note_completed_batches(db) == []  # noted once
+    assert outbox.note_completed_batches(db).batches == [batch.id]
+    assert outbox.note_completed_batches(db).batches == []  # noted once
     events = outbox.events_of(db, batch.id)
     assert sorted(event.url for event in events) == ["https://batch.example/hook",
                                                      "https://hooks.example/a"]
@@ -143,3 +143,20 @@ def test_endpoints_and_the_signing_secret(db):
     assert webhooks.signing_secret(db, "alice") == made
     rotated = webhooks.rotate_signing_secret(db, "alice")
     assert rotated != made and webhooks.signing_secret(db, "alice") == rotated
+
+
+def test_batches_are_looked_at_a_page_at_a_time_round_by_round(db):
+    made = []
+    for _ in range(3):
+        batch, (job_id,) = batches.create_batch(
+            db, owner="alice", model="m", priority="background",
+            questions=REQUEST["questions"], metadata=None, items=[("a", "x")], rows_per_item=1)
+        made.append(batch.id)
+        if len(made) > 1:  # the first stays open: it must not hide the others
+            item = job_claims.claim_job(db, job_id)
+            job_claims.finish_job(db, item, status=jobs.SUCCEEDED, result={"answers": {}})
+    first = outbox.note_completed_batches(db, limit=2)
+    assert first.batches == [made[1]] and first.after == made[1]
+    second = outbox.note_completed_batches(db, limit=2, after=first.after)
+    assert second.batches == [made[2]] and second.after is None
+    assert outbox.note_completed_batches(db, limit=2).batches == []
