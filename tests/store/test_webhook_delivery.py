@@ -150,3 +150,17 @@ def test_two_loops_share_the_outbox_and_send_each_event_once(db, receiver):
         assert first.join(10) and second.join(10)
     assert sorted(receiver.ids()) == sorted(set(receiver.ids()))
     assert len(receiver.ids()) == 20
+
+
+def test_a_name_is_sent_to_the_address_it_was_checked_at(receiver):
+    """The try connects to the address the check resolved (no second lookup to rebind), and
+    the receiver still sees its own name in Host."""
+    secret = webhooks.new_secret()
+    receiver.trust(secret)
+    sender = Sender(LOOPBACK, 2.0, resolve=lambda host, port: ["127.0.0.1"])
+    url = f"http://hooks.test:{receiver.port}/hooks?x=1"
+    sent = sender.send(url, secret, "msg_1", '{"type": "job.finished", "data": {}}')
+    assert sent.outcome.status_code == 204 and not sent.final
+    (delivery,) = receiver.accepted
+    assert delivery.host == f"hooks.test:{receiver.port}" and delivery.path == "/hooks?x=1"
+    sender.close()

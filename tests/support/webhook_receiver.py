@@ -21,6 +21,7 @@ class Delivery:
     webhook_id: str
     payload: dict[str, Any]
     path: str
+    host: str = ""
 
 
 class Receiver:
@@ -78,7 +79,7 @@ class Receiver:
             with self._lock:
                 if 200 <= self.answer < 300:  # what a receiver keeps: a success's delivery
                     self.accepted.append(Delivery(lowered["webhook-id"], json.loads(body),
-                                                  path))
+                                                  path, lowered.get("host", "")))
                 else:
                     self.turned_away += 1
             return self.answer
