@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -18,7 +19,7 @@ from decide.core.protocol import DecisionRequest
 from decide.core.questions import TAUGHT_FIELD, Question, ScoreQuestion
 from decide.core.readout import Readout, answer, taught_answer
 from decide.core.render import CHUNK_CHARS, render_state
-from decide.core.rerank import is_rerank
+from decide.core.rerank import is_rerank, relevance_question
 from decide.core.rows import RowBuilder, RowPlan, RowReader, is_isolated
 from decide.core.taught import TaughtReadout, answer_keys, zero_shot_by_answer
 
@@ -213,11 +214,24 @@ class DecisionEngine:
         tokens = PlanTokens(self._tokenizer, self.row_limit, self.limits.max_request_row_tokens)
         try:
             text = self._state_text(request.state, tokens)
-            plan = self._builder(tokens).plan(text, request.questions)
+            plan = self._rerank_priors(self._builder(tokens).plan(text, request.questions),
+                                       request, tokens)
         except TooLong as long:
             raise RequestTooLarge(self._too_long(long, request.questions)) from None
         self._check_tokens(plan)
         return plan
+
+    def _rerank_priors(self, plan: RowPlan, request: DecisionRequest,
+                       tokens: PlanTokens) -> RowPlan:
+        """A rerank's priors (option readout): its relevance question's rows alone, the same
+        for every document, so they are read once (``decide.core.rerank``)."""
+        question = relevance_question(request)
+        if question is None or not plan.prior_rows:
+            return plan
+        bare = {row.option: row for row in self._builder(tokens).rows_for(question)}
+        return dataclasses.replace(plan, prior_rows=tuple(
+            dataclasses.replace(bare[row.option], question_id=row.question_id)
+            for row in plan.rows))
 
     @staticmethod
     def _state_text(state: Any, tokens: PlanTokens) -> str:

@@ -23,10 +23,18 @@ from typing import Any
 
 from decide.core.errors import InvalidRequest
 from decide.core.protocol import DecisionRequest, plain_json_problem
-from decide.core.questions import TAUGHT_FIELD, Collector, NoulQuestion, json_kind, parse_question
+from decide.core.questions import (
+    NOUL_QUESTION,
+    TAUGHT_FIELD,
+    Collector,
+    NoulQuestion,
+    json_kind,
+    parse_question,
+)
 
 RERANK_FIELD = "x_rerank"
-"""A decision body's mark that it is a rerank: its questions are one noul per document."""
+"""A decision body's mark that it is a rerank (``{"instructions": <the relevance question>}``):
+its questions are one noul per document."""
 MAX_DOCUMENTS = 1000
 DOCUMENTS_PER_SEARCH_UNIT = 100
 """Cohere bills one search unit per query and up to 100 documents."""
@@ -179,7 +187,7 @@ def decision_body(request: RerankRequest, question: dict[str, Any] | None = None
     question = question or {"type": "noul", "instructions": RELEVANCE_QUESTION}
     parsed = parse_question("q", question, Collector())
     assert isinstance(parsed, NoulQuestion)  # checked by parse_rerank or a taught question
-    instructions = parsed.instructions or ""
+    instructions = parsed.instructions or NOUL_QUESTION
     base = {key: question[key] for key in ("criteria",) if question.get(key) is not None}
     if taught is not None:
         base[TAUGHT_FIELD] = taught
@@ -188,15 +196,34 @@ def decision_body(request: RerankRequest, question: dict[str, Any] | None = None
                                        "instructions": document_instructions(document,
                                                                              instructions)}
                           for index, document in enumerate(request.documents)},
-            RERANK_FIELD: True}
+            RERANK_FIELD: {"instructions": instructions}}
+
+
+def relevance_question(request: DecisionRequest) -> NoulQuestion | None:
+    """The relevance question of a rerank's decision, without any document (None: the request
+    is no rerank). A rerank is marked with its question's instructions I, holds at most
+    ``MAX_DOCUMENTS`` questions, each a noul asking ``Document: <document>\n\nI``. Its row
+    count is bounded by its documents, not by the request row limit (SPEC §2.4), and under the
+    option readout each row's prior is this question's over the content-free state, the prior
+    of the noul whose state holds the query and the document (read once for all of them)."""
+    mark = request.extensions.get(RERANK_FIELD)
+    instructions = mark.get("instructions") if isinstance(mark, dict) else None
+    if not isinstance(instructions, str) or len(request.questions) > MAX_DOCUMENTS:
+        return None
+    tail = QUESTION_GAP + instructions
+    for question in request.questions:
+        if not (isinstance(question, NoulQuestion) and question.instructions is not None
+                and question.instructions.startswith(DOCUMENT_HEAD)
+                and question.instructions.endswith(tail)):
+            return None
+    first = request.questions[0]
+    assert isinstance(first, NoulQuestion)
+    return NoulQuestion(id=first.id, instructions=instructions, when_true=first.when_true,
+                        when_false=first.when_false)
 
 
 def is_rerank(request: DecisionRequest) -> bool:
-    """A rerank's decision: marked, at most ``MAX_DOCUMENTS`` questions, every one a noul.
-    Its row count is bounded by its documents, not by the request row limit (SPEC §2.4)."""
-    return (request.extensions.get(RERANK_FIELD) is True
-            and len(request.questions) <= MAX_DOCUMENTS
-            and all(isinstance(question, NoulQuestion) for question in request.questions))
+    return relevance_question(request) is not None
 
 
 def search_units(documents: int) -> int:

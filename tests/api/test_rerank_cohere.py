@@ -55,3 +55,19 @@ def test_cohere_client_sees_a_wrong_key_and_a_bad_request(server):
     with pytest.raises(cohere.UnprocessableEntityError):
         cohere.ClientV2(base_url=server.url, api_key=KEY).rerank(
             model="gemma-3-270m", query=QUERY, documents=[])
+
+
+def test_a_documents_score_is_the_same_bits_alone_or_among_others_in_any_order(server):
+    """SPEC §3.7 on the real model: the packed rows of one rerank never mix."""
+    with server.client(KEY) as http:
+        def scores(documents: list[str]) -> dict[str, float]:
+            answer = http.post("/v1/rerank", json={"query": QUERY, "documents": documents})
+            assert answer.status_code == 200, answer.text
+            return {documents[result["index"]]: result["relevance_score"]
+                    for result in answer.json()["results"]}
+
+        together = scores(DOCUMENTS)
+        backwards = scores([*DOCUMENTS[::-1], "Shipping to Norway takes a week."])
+        alone = scores([DOCUMENTS[1]])
+    assert {document: backwards[document] for document in DOCUMENTS} == together
+    assert alone[DOCUMENTS[1]] == together[DOCUMENTS[1]]

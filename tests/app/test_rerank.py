@@ -101,7 +101,8 @@ def test_the_default_question_asks_each_document_after_the_query(open_door):
     job = open_door.client.post("/v1/rerank", headers={"Prefer": "respond-async"}, json={
         "query": "refund policy", "documents": ["Refunds take 5 days."]}).json()
     stored = job_reads.get_job(open_door.db, job["id"], with_request=True).request
-    assert stored == {"model": None, "state": "Query: refund policy", RERANK_FIELD: True,
+    assert stored == {"model": None, "state": "Query: refund policy",
+                      RERANK_FIELD: {"instructions": RELEVANCE_QUESTION},
                       "questions": {"0": {"type": "noul", "instructions":
                                           "Document: Refunds take 5 days.\n\n"
                                           + RELEVANCE_QUESTION}}}
@@ -219,5 +220,5 @@ def test_the_row_limit_still_holds_for_a_decision_that_only_claims_to_be_a_reran
                               "criteria": [f"o{n}" for n in range(100)]}
                  for index in range(10)}
     response = open_door.client.post("/v1/systemone", json={
-        "state": "s", "questions": questions, RERANK_FIELD: True})
+        "state": "s", "questions": questions, RERANK_FIELD: {"instructions": "which?"}})
     assert response.status_code == 413

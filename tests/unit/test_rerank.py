@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from decide.core.errors import InvalidRequest
-from decide.core.option_rows import OptionRowBuilder
+from decide.core.engine import DecisionEngine
+from decide.core.errors import InvalidRequest, RequestTooLarge
+from decide.core.option_rows import DEFAULT_LAYOUT, OptionRowBuilder
+from decide.core.profile import OPTION_READOUT, Profile
 from decide.core.protocol import parse_request
 from decide.core.rerank import (
     MAX_DOCUMENTS,
@@ -18,7 +20,7 @@ from decide.core.rerank import (
     rerank_response,
     search_units,
 )
-from tests.fakes import FakeTokenizer
+from tests.fakes import BOS, FakeTokenizer
 
 
 def test_documents_are_strings_or_text_objects():
@@ -66,7 +68,9 @@ def test_a_taught_relevance_question_answers_every_document():
 
 def test_only_a_marked_decision_of_nouls_is_a_rerank():
     body = decision_body(parse_rerank({"query": "q", "documents": ["a"]}))
-    assert not is_rerank(parse_request({**body, "x_rerank": False}))
+    assert is_rerank(parse_request(body))
+    assert not is_rerank(parse_request({**body, "x_rerank": True}))
+    assert not is_rerank(parse_request({**body, "x_rerank": {"instructions": "other"}}))
     choice = {"type": "choice", "instructions": "x", "criteria": ["a", "b"]}
     assert not is_rerank(parse_request({**body, "questions": {"0": choice}}))
 
@@ -106,3 +110,65 @@ def test_the_response_is_cohere_shaped():
         {"index": 1, "relevance_score": 0.7, "document": {"text": "b"}},
         {"index": 0, "relevance_score": 0.3, "document": {"text": "a"}}]
     assert response["meta"]["billed_units"] == {"search_units": 1}
+
+
+class _ByText:
+    """Option rows read by their tokens: ``yes`` likelier the more ``!`` the whole row holds
+    (over the state), and a fixed prior; every row read is recorded."""
+
+    def __init__(self, tokenizer: FakeTokenizer, prior_prefix: tuple[int, ...]) -> None:
+        self.prior_prefix = prior_prefix
+        self.rows: list[tuple[bool, str]] = []
+
+    def read(self, prefix, rows, before_row=None, *, hidden=None):
+        is_prior = tuple(prefix) == self.prior_prefix
+        out = []
+        for row in rows:
+            self.rows.append((is_prior, row.suffix_text))
+            marks = 0 if is_prior else (*prefix, *row.suffix).count(ord("!"))
+            out.append([-1.0 + marks if row.suffix_text.endswith("yes") else -1.0]
+                       + [0.0] * (row.continuation - 1))
+        return out
+
+
+def _stock_engine() -> tuple[DecisionEngine, _ByText]:
+    tokenizer = FakeTokenizer()
+    prior = (BOS, *tokenizer.tokenize(DEFAULT_LAYOUT.state_head + DEFAULT_LAYOUT.prior_state))
+    reader = _ByText(tokenizer, prior)
+    return DecisionEngine("stock", tokenizer, reader, Profile(readout=OPTION_READOUT),
+                          context_window=1_000_000), reader
+
+
+def test_a_reranks_priors_are_its_relevance_questions_read_once():
+    engine, reader = _stock_engine()
+    documents = ["a!", "b!!", "c", "d!!!", "e"]
+    body = decision_body(parse_rerank({"query": "q", "documents": documents}))
+    plan = engine.plan(parse_request(body))
+    assert {row.suffix_text for row in plan.prior_rows} == {
+        f"\n\n{RELEVANCE_QUESTION} no", f"\n\n{RELEVANCE_QUESTION} yes"}
+    decision = engine.decide(parse_request(body))
+    assert sum(is_prior for is_prior, _ in reader.rows) == 2  # not 2 per document
+    scores = [decision.answers[str(index)].to_wire()["noul"] for index in range(5)]
+    assert ranked(scores) == [3, 1, 0, 2, 4]
+
+
+def test_a_documents_score_is_the_noul_over_query_and_document():
+    """Under the option readout a rerank's answer is that of the relevance noul asked with
+    ``rerank_example_state`` as its state: the same row text, and the same prior."""
+    engine, _ = _stock_engine()
+    reranked = engine.decide(parse_request(decision_body(
+        parse_rerank({"query": "q!", "documents": ["x", "y!!"]}))))
+    for index, document in enumerate(["x", "y!!"]):
+        alone = engine.decide(parse_request({
+            "state": rerank_example_state("q!", document),
+            "questions": {"r": {"type": "noul", "instructions": RELEVANCE_QUESTION}}}))
+        assert reranked.answers[str(index)] == alone.answers["r"]
+
+
+def test_the_row_limit_gives_way_to_a_thousand_documents_only():
+    engine, _ = _stock_engine()
+    body = decision_body(parse_rerank({"query": "q", "documents": ["d"] * MAX_DOCUMENTS}))
+    assert len(engine.plan(parse_request(body)).rows) == 2 * MAX_DOCUMENTS
+    body["questions"]["9"]["instructions"] = "no document here"
+    with pytest.raises(RequestTooLarge):
+        engine.plan(parse_request(body))
