@@ -34,6 +34,7 @@ def job_view(job: JobRecord) -> dict[str, Any]:
         "metadata": job.metadata, "result": job.result, "error": job.error,
         "usage": usage(job),
         "timings": timings(job),
+        **({"x_webhook": {"url": job.webhook_url}} if job.webhook_url else {}),
     }
 
 

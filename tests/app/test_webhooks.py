@@ -86,6 +86,7 @@ def test_a_job_url_gets_the_key_signing_secret_once_and_its_finish_an_event(fron
         (event,) = outbox.events_of(front_door.db, job["id"])
         assert event.event_type == "job.finished" and event.endpoint_id is None
         assert event.url == answer.json()["x_webhook"]["url"]
+        assert job["x_webhook"] == {"url": event.url}  # the job shows where it calls back
     owner = outbox.events_of(front_door.db, first.json()["id"])[0].owner
     assert webhooks.signing_secret(front_door.db, owner) == secret
     rotated = front_door.client.post("/v1/webhooks/secret", headers=alpha)
