@@ -42,6 +42,10 @@ class Server:
     def alive(self) -> bool:
         return self._process.poll() is None
 
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
     def stop(self) -> None:
         self._process.terminate()
         try:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import Server
-from tests.slow_work import distinct_nouls
+from tests.support.pausing import paused_runners
 from tests.support.waits import wait_until
 
 QUESTION = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
@@ -31,21 +31,35 @@ def jobs_with_state(server: Server, state: str) -> list[tuple[str, str, int]]:
 
 
 class BusyWorker:
-    """Foreground work ahead of everything else: ``count`` jobs of 250 distinct questions."""
+    """The server's one worker held by a foreground job whose runner is stopped
+    (``tests.support.pausing``): every job sent meanwhile stays queued behind it, for as long
+    as the test needs, without decoding anything."""
 
-    def __init__(self, client: httpx.Client, count: int, tag: str) -> None:
+    def __init__(self, server: Server, client: httpx.Client, tag: str) -> None:
+        self._server = server
         self._client = client
-        self.ids = []
-        for index in range(count):
-            response = client.post("/v1/jobs", json={
-                "state": f"{tag} backlog ticket {index}", "questions": distinct_nouls(250),
-                "priority": "foreground"})
-            assert response.status_code == 202, response.text
-            self.ids.append(response.json()["id"])
+        self._paused = paused_runners(server.pid)
+        self._paused.__enter__()
+        response = client.post("/v1/jobs", json={
+            "state": f"{tag} busy ticket", "questions": QUESTION, "priority": "foreground"})
+        assert response.status_code == 202, response.text
+        self.job_id = response.json()["id"]
+        wait_until(lambda: client.get(f"/v1/jobs/{self.job_id}").json()["status"] == "running",
+                   30, what="the busy job never started")
 
     def stop(self) -> None:
-        for job_id in self.ids:
-            self._client.delete(f"/v1/jobs/{job_id}")
+        """Cancel the busy job, continue the runner, and wait until what queued behind it has
+        run, so that the next test finds the worker idle."""
+        self._client.delete(f"/v1/jobs/{self.job_id}")
+        self._paused.__exit__(None, None, None)
+        wait_until(lambda: unfinished_jobs(self._server) == 0, 60,
+                   what="the jobs queued behind the busy one never ran")
+
+
+def unfinished_jobs(server: Server) -> int:
+    with sqlite3.connect(server.root / "jobs.db") as db:
+        return db.execute("SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')"
+                          ).fetchone()[0]
 
 
 @pytest.mark.slow
@@ -54,7 +68,7 @@ def test_an_sdk_call_that_times_out_and_retries_makes_one_job_not_three(sharing_
 
     state = "SDK retry: charged twice, refund please."
     with sharing_server.client() as client:
-        busy = BusyWorker(client, 4, "sdk")
+        busy = BusyWorker(sharing_server, client, "sdk")
         try:
             started = time.monotonic()
             with TypeSafeClient(base_url=sharing_server.url, api_key="any") as sdk, \
@@ -70,7 +84,7 @@ def test_an_sdk_call_that_times_out_and_retries_makes_one_job_not_three(sharing_
 def test_a_sync_call_whose_caller_left_before_it_started_is_cancelled(sharing_server):
     state = "Left early: where is my parcel?"
     with sharing_server.client() as client:
-        busy = BusyWorker(client, 2, "left")
+        busy = BusyWorker(sharing_server, client, "left")
         try:
             with httpx.Client(base_url=sharing_server.url, timeout=2) as impatient, \
                     pytest.raises(httpx.ReadTimeout):
@@ -89,7 +103,7 @@ def test_identical_sync_calls_in_flight_share_one_job(sharing_server):
     state = "Shared: the app crashes on login."
     answers: list[httpx.Response] = []
     with sharing_server.client() as client:
-        busy = BusyWorker(client, 1, "shared")
+        busy = BusyWorker(sharing_server, client, "shared")
 
         def call() -> None:
             with sharing_server.client() as caller:
@@ -119,7 +133,7 @@ def test_a_sync_call_never_joins_a_job_someone_submitted(sharing_server):
     state = "Submitted first: my invoice shows the wrong address."
     body = {"state": state, "questions": QUESTION}
     with sharing_server.client() as client:
-        busy = BusyWorker(client, 2, "submitted")
+        busy = BusyWorker(sharing_server, client, "submitted")
         try:
             submitted = client.post("/v1/jobs", json={**body, "priority": "foreground"})
             assert submitted.status_code == 202, submitted.text
