@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -68,17 +70,30 @@ def test_status_shows_lanes_and_workers(open_server):
     assert raw["models"][0]["workers"] == 1
 
 
-@pytest.mark.slow
 def test_job_wait_shows_the_time_waited_on_stderr(open_server):
+    """The job is held running (its runner stopped) until ``decide job --wait`` has said so on
+    standard error twice (a second long poll later); continued, it succeeds and the line says
+    so too, with the time waited."""
     import httpx
 
-    from tests.slow_work import distinct_nouls
+    from tests.support.pausing import paused_runners
+    from tests.support.waits import wait_until
 
-    with httpx.Client(base_url=open_server.url, timeout=60) as client:
-        job = client.post("/v1/jobs", json={"state": "a long ticket",
-                                            "questions": distinct_nouls(250)}).json()
-    waited = decide("job", job["id"], "--wait", "--url", open_server.url)
-    assert waited.returncode == 0, waited.stderr
-    assert json.loads(waited.stdout)["status"] == "succeeded"
-    assert "running, " in waited.stderr and "succeeded, " in waited.stderr
-    assert "s waited" in waited.stderr
+    with httpx.Client(base_url=open_server.url, timeout=60) as client, \
+            paused_runners(open_server.pid):
+        job = client.post("/v1/jobs", json={"state": "a held ticket", "questions": {
+            "q": {"type": "noul", "instructions": "Does it ask for a refund?"}}}).json()
+        wait_until(lambda: client.get(f"/v1/jobs/{job['id']}").json()["status"] == "running",
+                   30, what="the job never started")
+        waiting = subprocess.Popen([sys.executable, "-m", "decide", "job", job["id"], "--wait",
+                                    "--url", open_server.url], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        said = ""
+        while said.count("running, ") < 2:
+            character = waiting.stderr.read(1)
+            assert character, f"decide job --wait ended without saying running: {said!r}"
+            said += character
+    out, rest = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0, said + rest
+    assert json.loads(out)["status"] == "succeeded"
+    assert "succeeded, " in rest and "s waited" in rest
