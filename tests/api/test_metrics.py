@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.conftest import wait_for_status
 from tests.slow_work import distinct_nouls
+from tests.support.pausing import paused_runners
 
 pytestmark = pytest.mark.model
 
@@ -70,21 +71,26 @@ def test_metrics_move_with_traffic(open_client):
                  priority="foreground") == 0
 
 
-def test_jobs_cancelled_while_queued_are_counted_as_finished(open_client):
+def test_jobs_cancelled_while_queued_are_counted_as_finished(open_server, open_client):
+    """The worker is held by a running job (its runner stopped) while the others are queued
+    and cancelled; the running one is cancelled too, and stops on its worker before its first
+    row once the runner goes on."""
     before = scrape(open_client)
-    busy = open_client.post("/v1/jobs", json={"state": "busy", "priority": "foreground",
-                                              "questions": distinct_nouls(250)}).json()
-    wait_for_status(open_client, busy["id"], {"running"}, 60)
-    queued = [open_client.post("/v1/jobs", json={"state": f"waiting {i}",
-                                                 "questions": {"r": NOUL}}).json()["id"]
-              for i in range(3)]
-    batch = open_client.post("/v1/batches", json={
-        "questions": {"r": NOUL},
-        "items": [{"custom_id": f"c{i}", "state": f"item {i}"} for i in range(2)]}).json()
-    for job_id in queued:
-        assert open_client.delete(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
-    assert open_client.post(f"/v1/batches/{batch['id']}/cancel").json()["status"] == "cancelled"
-    open_client.delete(f"/v1/jobs/{busy['id']}")
+    with paused_runners(open_server.pid):
+        busy = open_client.post("/v1/jobs", json={"state": "busy", "priority": "foreground",
+                                                  "questions": distinct_nouls(2)}).json()
+        wait_for_status(open_client, busy["id"], {"running"}, 60)
+        queued = [open_client.post("/v1/jobs", json={"state": f"waiting {i}",
+                                                     "questions": {"r": NOUL}}).json()["id"]
+                  for i in range(3)]
+        batch = open_client.post("/v1/batches", json={
+            "questions": {"r": NOUL},
+            "items": [{"custom_id": f"c{i}", "state": f"item {i}"} for i in range(2)]}).json()
+        for job_id in queued:
+            assert open_client.delete(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
+        assert open_client.post(f"/v1/batches/{batch['id']}/cancel").json()[
+            "status"] == "cancelled"
+        open_client.delete(f"/v1/jobs/{busy['id']}")
     wait_for_status(open_client, busy["id"], {"cancelled"}, 60)
     after = scrape(open_client)
 
