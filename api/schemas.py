@@ -235,14 +235,16 @@ class ValidationErrorBody(BaseModel):
 
 
 class RerankDocument(_Open):
-    text: NonEmpty
+    text: Annotated[str, Field(pattern=r"\S")]
 
 
 class RerankQuestion(_Open):
+    model_config = ConfigDict(extra="allow", json_schema_extra=NOUL_SAYS_SOMETHING)
     type: Literal["noul"] = "noul"
     instructions: Text | None = None
     criteria: NoulCriteriaSchema | None = None
-    x_taught: str | None = Field(None, description="a taught question (tq_...) that answers")
+    x_taught: Annotated[str, Field(pattern="^tq_.")] | None = Field(
+        None, description="a taught question that answers")
 
 
 class RerankRequestSchema(_Open):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -98,7 +99,9 @@ def main() -> None:
     evaluated = [item for item in items if item["split"] == "eval"]
     teaching = [item for item in items if item["split"] == "teach"]
     assert not {item["query"] for item in evaluated} & {item["query"] for item in teaching}
-    rows = [("BM25 (rank-bm25, Okapi)", *figures(evaluated, bm25_orders(evaluated)), None)]
+    written = [list(range(len(item["documents"]))) for item in evaluated]
+    rows = [("the written (shuffled) order", *figures(evaluated, written), None),
+            ("BM25 (rank-bm25, Okapi)", *figures(evaluated, bm25_orders(evaluated)), None)]
     with served() as client:
         orders, seconds = rerank_orders(client, evaluated, {})
         rows.append(("rerank, zero-shot", *figures(evaluated, orders), seconds))
@@ -106,14 +109,17 @@ def main() -> None:
         orders, seconds = rerank_orders(client, evaluated, {"x_question": record["id"]})
         rows.append(("rerank, taught question", *figures(evaluated, orders), seconds))
     documents = sum(len(item["documents"]) for item in evaluated)
+    fit = {key: record["fit"].get(key) for key in ("taught", "zero_shot", "readout", "penalty")}
     print(f"{len(evaluated)} queries, {documents} graded passages; taught from "
-          f"{len(teaching)} other queries ({record['examples']} pairs); fit: "
-          f"{json.dumps(record['fit'], sort_keys=True)[:400]}")
+          f"{len(teaching)} other queries ({record['examples']} pairs, "
+          f"{record['fit']['examples_per_answer']}); the fit's own cross-validated figures on "
+          f"those pairs: {json.dumps(fit, sort_keys=True)}")
     print(f"{'ranker':<26} {'NDCG@10':>8} {'MRR':>6}  seconds")
     for name, gain, rank, seconds in rows:
         spent = "" if seconds is None else f"{seconds:.1f}"
         print(f"{name:<26} {gain:8.3f} {rank:6.3f}  {spent}")
-    print(f"\nreproduce: .venv/bin/python benchmarks/rerank_quality.py --set {args.set}")
+    shown = os.path.relpath(args.set)
+    print(f"\nreproduce: .venv/bin/python benchmarks/rerank_quality.py --set {shown}")
 
 
 if __name__ == "__main__":

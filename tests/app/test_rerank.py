@@ -222,3 +222,15 @@ def test_the_row_limit_still_holds_for_a_decision_that_only_claims_to_be_a_reran
     response = open_door.client.post("/v1/systemone", json={
         "state": "s", "questions": questions, RERANK_FIELD: {"instructions": "which?"}})
     assert response.status_code == 413
+
+
+def test_the_openapi_document_describes_both_paths(open_door):
+    document = open_door.client.get("/openapi.json").json()
+    for path in ("/v1/rerank", "/v2/rerank"):
+        operation = document["paths"][path]["post"]
+        assert operation["requestBody"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/RerankRequestSchema"}
+        assert {"200", "202", "413", "422"} <= set(operation["responses"])
+    schema = document["components"]["schemas"]["RerankRequestSchema"]
+    assert {"query", "documents"} <= set(schema["required"])
+    assert schema["properties"]["documents"]["maxItems"] == MAX_DOCUMENTS
