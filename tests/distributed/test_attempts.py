@@ -20,7 +20,8 @@ def test_workers_killed_under_a_healthy_job_three_times_leave_it_to_succeed(clus
     worker = cluster.start_worker()
     cluster.start_api()
     with cluster.client() as client:
-        job_id = submit(client, "a long ticket about a late parcel " * 20, distinct_nouls(200))
+        # 160 rows: seconds of decoding, so each kill lands mid-decode
+        job_id = submit(client, "a long ticket about a late parcel " * 20, distinct_nouls(40))
         for claim in (1, 2, 3):  # each claim's worker is killed while it decodes
             wait_until(lambda claim=claim: cluster.rows(
                 "SELECT status, decode_runs FROM jobs WHERE id = :j", j=job_id)[0] == (

@@ -154,10 +154,10 @@ def test_several_workers_and_models_side_by_side(cluster_factory, tmp_path, sett
 
 
 def test_foreground_waits_for_a_row_not_a_whole_background_job(cluster):
-    """A 1,000-row background job (250 yes/no: 2 options and 2 priors each) takes seconds; a
+    """A 400-row background job (100 yes/no: 2 options and 2 priors each) takes seconds; a
     sync call during it is served between two of its rows, and the background job still
     finishes once with the same answers."""
-    many = distinct_nouls(250)
+    many = distinct_nouls(100)
     with cluster.client() as client:
         long_job = client.post("/v1/jobs", json={"state": "a long background job",
                                                  "questions": many}).json()

@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 import httpx
@@ -20,6 +21,7 @@ import redis
 from sqlalchemy import create_engine, text
 
 from tests.support.own_servers import OwnPostgres, OwnRedis, free_port
+from tests.support.pausing import descendants
 
 POSTGRES_ADMIN = os.environ.get("DECIDE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 SHARED_REDIS_URL = os.environ.get("DECIDE_TEST_REDIS", "redis://127.0.0.1:6379/11")
@@ -68,6 +70,8 @@ class LocalCluster:
         self.redis = redis.Redis.from_url(self.redis_url)
         self.redis.flushdb()  # this cluster's own database (and server, where it has one)
         self._logs = 0
+        self._namespaced: set[int] = set()
+        """``unshare`` processes, which ignore SIGTERM while their child runs."""
         subprocess.run([sys.executable, "-m", "decide", "migrate"], env=self.env, check=True,
                        capture_output=True)
 
@@ -95,6 +99,8 @@ class LocalCluster:
         process = self._spawn("worker", *ports, *(["--model", model] if model else []),
                               prefix=prefix)
         self.workers.append(process)
+        if own_pid_namespace:
+            self._namespaced.add(process.pid)
         return process
 
     def start_api(self, processes: int = 1) -> None:
@@ -154,6 +160,10 @@ class LocalCluster:
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
+                if process.pid in self._namespaced:  # the worker inside, PID 1 of its own
+                    for inside in descendants(process.pid)[:1]:
+                        with suppress(ProcessLookupError):
+                            os.kill(inside, signal.SIGTERM)
         for process in processes:
             try:
                 process.wait(timeout=20)
