@@ -114,10 +114,10 @@ def main() -> None:
           f"{len(teaching)} other queries ({record['examples']} pairs, "
           f"{record['fit']['examples_per_answer']}); the fit's own cross-validated figures on "
           f"those pairs: {json.dumps(fit, sort_keys=True)}")
-    print(f"{'ranker':<26} {'NDCG@10':>8} {'MRR':>6}  seconds")
+    print(f"{'ranker':<30} {'NDCG@10':>8} {'MRR':>6}  seconds")
     for name, gain, rank, seconds in rows:
         spent = "" if seconds is None else f"{seconds:.1f}"
-        print(f"{name:<26} {gain:8.3f} {rank:6.3f}  {spent}")
+        print(f"{name:<30} {gain:8.3f} {rank:6.3f}  {spent}")
     shown = os.path.relpath(args.set)
     print(f"\nreproduce: .venv/bin/python benchmarks/rerank_quality.py --set {shown}")
 
