@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable, Sequence
 
 import pytest
 
 from decide.api.auth import PUBLIC_OWNER
+from decide.api.rerank import rerank
+from decide.core.errors import InvalidRequest
 from decide.core.rerank import MAX_DOCUMENTS, RELEVANCE_QUESTION, RERANK_FIELD
 from decide.core.rows import Row
 from decide.core.taught import match_key, parse_taught_question
@@ -234,3 +237,14 @@ def test_the_openapi_document_describes_both_paths(open_door):
     schema = document["components"]["schemas"]["RerankRequestSchema"]
     assert {"query", "documents"} <= set(schema["required"])
     assert schema["properties"]["documents"]["maxItems"] == MAX_DOCUMENTS
+
+
+def test_the_rerank_is_callable_from_python(marked):
+    """``decide.api.rerank.rerank``: what the route does, for an in-process caller (MCP)."""
+    context = marked.client.app.state.context
+    answer = asyncio.run(rerank(context, PUBLIC_OWNER, {"query": QUERY, "documents": DOCUMENTS,
+                                                        "top_n": 1}))
+    assert [result["index"] for result in answer["results"]] == [1]
+    assert job_reads.get_job(marked.db, answer["id"]).status == "succeeded"
+    with pytest.raises(InvalidRequest):
+        asyncio.run(rerank(context, PUBLIC_OWNER, {"query": QUERY}))
