@@ -8,6 +8,7 @@ import pytest
 
 from tests.api.conftest import Server
 
+pytestmark = pytest.mark.model
 KEY = "key-cohere"
 QUERY = "How do I get a refund for a duplicate charge?"
 DOCUMENTS = [
