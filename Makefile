@@ -35,7 +35,7 @@ lint: install
 # them (its module's servers started once); every test makes its own databases, ports and
 # folders, so they are independent. The few that measure a latency against a bound (the
 # `serial` marker) run after the others, alone, so that what they time is the service.
-TEST_PROCESSES ?= 2
+TEST_PROCESSES ?= 3
 test: lint
 	$(PY) -m tests.preflight
 	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile -m "not serial"

@@ -72,7 +72,7 @@ def test_a_worker_killed_and_restarted_as_pid_1_of_its_namespace_does_not_hold_i
     cluster.start_worker(own_pid_namespace=True)
     cluster.start_api()
     with cluster.client() as client:
-        job_id = submit(client, "a long ticket", distinct_nouls(120))
+        job_id = submit(client, "a long ticket", distinct_nouls(40))  # seconds of decoding
         wait_until(lambda: cluster.scalar("SELECT status FROM jobs WHERE id = :j", j=job_id)
                    == "running", 60, f"the job never started\n{cluster.logs()}")
         first = cluster.scalar("SELECT worker_id FROM jobs WHERE id = :j", j=job_id)
@@ -113,7 +113,7 @@ def test_postgresql_restarted_while_jobs_finish(cluster_factory):
     cluster.start_api()
     sync_answers: list[int] = []
     with cluster.client() as client:
-        accepted = [submit(client, f"ticket {i}", distinct_nouls(8)) for i in range(40)]
+        accepted = [submit(client, f"ticket {i}", distinct_nouls(4)) for i in range(24)]
         wait_until(lambda: cluster.scalar("SELECT count(*) FROM jobs WHERE status = "
                                           "'succeeded'") >= 2, 60, "no job finished")
         waiter = threading.Thread(target=lambda: sync_answers.append(client.post(
@@ -145,7 +145,7 @@ def test_redis_paused_during_a_long_background_job_with_foreground_traffic(clust
     assert cluster.own_redis is not None, "redis-server is needed (.ci/run installs it)"
     answers: list[int] = []
     with cluster.client() as client:
-        long = submit(client, "a long ticket", distinct_nouls(250))
+        long = submit(client, "a long ticket", distinct_nouls(150))  # outlasts the stall
         wait_until(lambda: status_of(cluster, long) == "running", 60, "the long job never ran")
         cluster.own_redis.pause(8)
         callers = [threading.Thread(target=lambda i=i: answers.append(client.post(
