@@ -6,17 +6,21 @@ shape of every other 401. The tools act as the key's owner through the routes' o
 is read, listed and billed like one created over ``POST /v1/jobs``.
 
 The session manager is stateless (each POST is its own session, answered as JSON), so any of
-several front-door processes can answer any call; it runs for the app's lifespan.
+several front-door processes can answer any call. It is made on the first ``/mcp`` call and
+runs from then until the app's lifespan ends (``McpSessions``): the SDK's import takes most of
+a second, which a front door that never sees an MCP call (most of them) does not pay at start.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from fastapi import FastAPI
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -26,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 from decide.api import mcp_tools
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError, not_found
-from decide.api.mcp_server import ToolFailure, build_server
+from decide.api.mcp_tools import ToolFailure
 from decide.api.rerank import rerank
 from decide.api.submit import accept, owned_job
 from decide.api.views import job_view, sync_response
@@ -102,11 +106,70 @@ def tools_of(request: Request | None) -> FrontDoorTools:
     return FrontDoorTools(ctx=request.app.state.context, owner=getattr(request.state, OWNER_STATE))
 
 
+class McpSessions:
+    """The SDK's session manager, made and started on the first call that needs it, inside
+    the app's lifespan (``running``): the SDK is imported in a thread then, so neither the
+    front door's start nor its event loop waits for it."""
+
+    def __init__(self, model_names: list[str]) -> None:
+        self._model_names = model_names
+        self._manager: Any = None
+        self._wanted: anyio.Event | None = None
+        self._ready: anyio.Event | None = None
+        self._stopping: anyio.Event | None = None
+        self._failure: BaseException | None = None
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """For the app's lifespan: the manager, once asked for, runs until the block ends."""
+        self._wanted, self._ready, self._stopping = anyio.Event(), anyio.Event(), anyio.Event()
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._serve_when_asked)
+            try:
+                yield
+            finally:
+                self._stopping.set()
+                self._wanted.set()
+
+    async def manager(self) -> Any:
+        """The running session manager (made now if this is the first call)."""
+        if self._wanted is None or self._ready is None:
+            raise RuntimeError("MCP sessions asked for outside the app's lifespan")
+        self._wanted.set()
+        await self._ready.wait()
+        if self._manager is None:
+            raise RuntimeError(f"the MCP session manager could not start: {self._failure}")
+        return self._manager
+
+    async def _serve_when_asked(self) -> None:
+        assert self._wanted is not None and self._ready is not None
+        assert self._stopping is not None
+        await self._wanted.wait()
+        if self._stopping.is_set():
+            return
+        try:
+            manager = await anyio.to_thread.run_sync(self._make)
+            async with manager.run():
+                self._manager = manager
+                self._ready.set()
+                await self._stopping.wait()
+        except Exception as error:  # said to every call that waits, never crashing the app
+            self._failure = error
+        finally:
+            self._ready.set()
+
+    def _make(self) -> Any:
+        sdk = importlib.import_module("mcp.server.streamable_http_manager")
+        server = importlib.import_module("decide.api.mcp_server")
+        return sdk.StreamableHTTPSessionManager(server.build_server(tools_of, self._model_names),
+                                                stateless=True, json_response=True)
+
+
 class McpDoor:
     """The ASGI endpoint of ``/mcp``: the key checked, then the session manager."""
 
-    def __init__(self, manager: StreamableHTTPSessionManager) -> None:
-        self.manager = manager
+    def __init__(self, sessions: McpSessions) -> None:
+        self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -119,14 +182,14 @@ class McpDoor:
             await refusal(scope, receive, send)
             return
         scope.setdefault("state", {})[OWNER_STATE] = owner
-        await self.manager.handle_request(scope, receive, send)
+        manager = await self.sessions.manager()
+        await manager.handle_request(scope, receive, send)
 
 
-def install_mcp(app: FastAPI, model_names: list[str]) -> StreamableHTTPSessionManager:
-    """Route ``/mcp`` to the tools; the session manager returned must run for the app's
-    lifespan (``async with manager.run()``: ``launch.common.app_for`` does)."""
-    manager = StreamableHTTPSessionManager(build_server(tools_of, model_names),
-                                           stateless=True, json_response=True)
-    app.router.routes.append(Route(PATH, endpoint=McpDoor(manager),
+def install_mcp(app: FastAPI, model_names: list[str]) -> McpSessions:
+    """Route ``/mcp`` to the tools; the sessions returned must run for the app's lifespan
+    (``async with sessions.running()``: ``launch.common.app_for`` does)."""
+    sessions = McpSessions(model_names)
+    app.router.routes.append(Route(PATH, endpoint=McpDoor(sessions),
                                    methods=["GET", "POST", "DELETE"]))
-    return manager
+    return sessions

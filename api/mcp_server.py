@@ -20,8 +20,11 @@ from mcp.server.lowlevel import Server
 
 from decide.api import mcp_tools
 from decide.api.errors import ApiError
+from decide.api.mcp_tools import ToolFailure
 from decide.core.errors import ConfigError, InvalidRequest, RequestTooLarge
 from decide.store.db import DATABASE_AWAY
+
+__all__ = ["Backend", "ToolFailure", "build_server"]
 
 log = logging.getLogger("decide.mcp")
 SERVER_NAME = "decide"
@@ -29,10 +32,6 @@ SERVER_VERSION = "0.1.0"
 INSTRUCTIONS = ("Typed decisions with calibrated probabilities: call `decide` with a state and "
                 "questions (choice, noul, score), `rerank` to sort documents by relevance to a "
                 "query; `submit_job` and `get_job` for work that can wait.")
-
-
-class ToolFailure(Exception):
-    """A refusal a backend describes itself, e.g. ``not_found_error: no job 'job_x'``."""
 
 
 class Backend(Protocol):

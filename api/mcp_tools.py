@@ -32,6 +32,10 @@ IDEMPOTENCY_KEY_MAX = 255
 """As the ``Idempotency-Key`` header of ``POST /v1/jobs``."""
 
 
+class ToolFailure(Exception):
+    """A refusal a backend describes itself, e.g. ``not_found_error: no job 'job_x'``."""
+
+
 class WebhookTarget(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: str = Field(description="where job.finished is sent, signed (Standard Webhooks)")

@@ -55,7 +55,7 @@ def app_for(context: ApiContext, on_shutdown: Callable[[], None]) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        async with mcp_sessions.run():
+        async with mcp_sessions.running():
             yield
         context.metrics.close()
         on_shutdown()

@@ -136,3 +136,29 @@ def test_a_webhook_to_loopback_is_refused_naming_the_field(front_door):
                                               "x_webhook": {"url": "http://127.0.0.1:9/"}})
     assert refused["isError"] is True
     assert refused["content"][0]["text"].startswith("invalid arguments: x_webhook.url: ")
+
+
+def test_a_front_door_pays_for_the_mcp_sdk_only_when_an_mcp_call_comes():
+    """Building and starting a front door imports no part of the ``mcp`` SDK (most of a second
+    of every start); the first ``/mcp`` call makes the session manager (the other tests here)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; import decide.launch.embedded, decide.launch.distributed; "
+             "print(sorted(name for name in sys.modules if name.split('.')[0] in "
+             "('mcp', 'mcp_types')))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=60, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stdout
+
+
+def test_the_sessions_start_on_the_first_call_and_answer_every_call_after(front_door):
+    [door] = [route.endpoint for route in front_door.client.app.routes
+              if getattr(route, "path", None) == "/mcp"]
+    sessions = door.sessions
+    assert sessions._manager is None  # this app has had no MCP call yet
+    first = rpc(front_door, "tools/list")
+    assert first.status_code == 200 and sessions._manager is not None
+    manager = sessions._manager
+    assert rpc(front_door, "tools/list").status_code == 200
+    assert sessions._manager is manager  # one manager for the app's lifespan
