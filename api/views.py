@@ -32,18 +32,10 @@ def job_view(job: JobRecord) -> dict[str, Any]:
         "model": job.model, "created_at": timestamp(job.created_at),
         "started_at": timestamp(job.started_at), "finished_at": timestamp(job.finished_at),
         "metadata": job.metadata, "result": job.result, "error": job.error,
-        "usage": usage(job),
+        "usage": job.usage,
         "timings": timings(job),
         **({"x_webhook": {"url": job.webhook_url}} if job.webhook_url else {}),
     }
-
-
-def usage(job: JobRecord) -> dict[str, Any]:
-    """What the job read, and the llama.cpp build that decoded it (``x_build``, from its
-    result: null until a runner has answered it)."""
-    build = job.result.get("x_build") if isinstance(job.result, dict) else None
-    return {"input_tokens": job.input_tokens, "output_tokens": 0, "rows": job.rows,
-            "x_build": build}
 
 
 def sync_response(job: JobRecord) -> dict[str, Any]:

@@ -10,16 +10,29 @@ proves one first, in a runner child process, when none has been.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from decide.config.settings import Settings
 from decide.llm.threads import apply_wait_policy
 from decide.runner.variants import (
+    FASTER,
     LIBRARY_PATH_VARIABLE,
     Variant,
     candidates,
     host_flags,
+    installed_baseline,
     proven_variant,
 )
+
+
+def build_in_use(faster: tuple[Variant, ...] = FASTER) -> str:
+    """The name of the llama.cpp build this process loads: the faster variant whose folder
+    ``LLAMA_CPP_LIB_PATH`` names, else the installed one (a result's ``x_build``)."""
+    chosen = os.environ.get(LIBRARY_PATH_VARIABLE)
+    for variant in faster:
+        if chosen and variant.library_path is not None and Path(chosen) == variant.library_path:
+            return variant.name
+    return installed_baseline()
 
 
 def use_runner_build(settings: Settings) -> Variant:

@@ -74,6 +74,14 @@ class JobRecord:
     def finished(self) -> bool:
         return self.status in FINISHED
 
+    @property
+    def usage(self) -> dict[str, Any]:
+        """What the job read, and the llama.cpp build that decoded it (``x_build``, from its
+        result: null until a runner has answered it): a job's view and its webhook say it."""
+        build = self.result.get("x_build") if isinstance(self.result, dict) else None
+        return {"input_tokens": self.input_tokens, "output_tokens": 0, "rows": self.rows,
+                "x_build": build}
+
 
 SUMMARY_COLUMNS = tuple(column for column in jobs.c if column.name != "request")
 """Every column but the request, which can be megabytes: what reads for callers (a job's

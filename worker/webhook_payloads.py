@@ -29,7 +29,7 @@ def job_data(job: JobRecord) -> dict[str, Any]:
             "priority": job.priority, "created_at": iso(job.created_at),
             "finished_at": iso(job.finished_at), "metadata": job.metadata,
             "result": job.result, "error": job.error,
-            "usage": {"input_tokens": job.input_tokens, "output_tokens": 0, "rows": job.rows},
+            "usage": job.usage,
             "url": f"/v1/jobs/{job.id}"}
 
 

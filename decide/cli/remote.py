@@ -28,7 +28,8 @@ def remote_run(args: argparse.Namespace, body: dict[str, Any]) -> int:
     started = time.perf_counter()
     with client_for(args) as client:
         decision = client.decide(body["state"], body["questions"], model=body.get("model"))
-    wire = {key: decision.raw[key] for key in ("model", "answers", "usage")}
+    wire = {key: decision.raw[key] for key in ("model", "answers", "usage", "x_build")
+            if key in decision.raw}  # the build that answered, as an in-process run says it
     if args.json:
         print(json.dumps(wire, ensure_ascii=False, indent=2))
     else:

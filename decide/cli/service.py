@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from decide.migrations.apply import upgrade
 from decide.quality.calibrate import fit_temperatures, read_examples, report, with_temperature
 from decide.quality.evaluate import evaluate, load_set
 from decide.runner.check import format_check, run_check
+from decide.runner.in_process import build_in_use
 from decide.worker.teaching import fit_examples, stored_question
 
 
@@ -54,7 +56,7 @@ def run_in_process(args: argparse.Namespace, request: DecisionRequest) -> int:
         if args.rows:
             print(render_rows(loaded.engine, request), end="")
             return 0
-        decision = loaded.engine.decide(request)
+        decision = replace(loaded.engine.decide(request), build=build_in_use())
     finally:
         loaded.close()
     if args.json:

@@ -19,6 +19,8 @@ def test_run_through_the_service_prints_what_in_process_prints(open_server):
         remote = decide("run", *SEED_ARGS, *extra, "--url", open_server.url)
         assert remote.returncode == 0, remote.stderr
         assert remote.stdout == local.stdout
+        if extra:  # both name the build that answered: the runner's, and this process's own
+            assert json.loads(local.stdout)["x_build"] in ("x86-64-v3", "x86-64-v4")
     verbose = decide("run", *SEED_ARGS, "--url", open_server.url, "--verbose")
     assert "job job_" in verbose.stderr and "round trip" in verbose.stderr
 

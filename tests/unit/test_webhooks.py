@@ -95,3 +95,23 @@ def test_the_retry_waits_double_up_to_the_longest_and_stop_at_the_deadline():
         5.0, 10.0, 20.0, 40.0, 60.0, 60.0]
     assert backoff.retry_in(9, 3590.0) == 10.0  # the last try lands on the deadline
     assert backoff.retry_in(10, 3600.0) is None
+
+
+def test_a_finished_jobs_event_says_its_usage_as_its_view_does():
+    """The ``job.finished`` payload's usage is the job's own (``JobRecord.usage``), the build
+    that decoded it included; a job no runner answered has none."""
+    from decide.store.jobs import JobRecord
+    from decide.worker.webhook_payloads import job_data
+
+    def record(result):
+        return JobRecord(id="job_1", owner="o", model="m", priority="background",
+                         status="succeeded" if result else "cancelled", request=None,
+                         metadata=None, result=result, error=None, rows=4, input_tokens=30,
+                         idempotency_key=None, request_hash=None, cancel_requested=False,
+                         decode_runs=1, created_at=1.0, started_at=2.0, finished_at=3.0,
+                         decode_ms=5.0)
+
+    answered = job_data(record({"model": "m", "answers": {}, "x_build": "x86-64-v3"}))
+    assert answered["usage"] == {"input_tokens": 30, "output_tokens": 0, "rows": 4,
+                                 "x_build": "x86-64-v3"}
+    assert job_data(record(None))["usage"]["x_build"] is None
