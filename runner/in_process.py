@@ -15,6 +15,8 @@ from pathlib import Path
 from decide.config.settings import Settings
 from decide.llm.threads import apply_wait_policy
 from decide.runner.variants import (
+    AUTO,
+    BASELINE,
     FASTER,
     LIBRARY_PATH_VARIABLE,
     Variant,
@@ -56,5 +58,7 @@ def use_runner_build(settings: Settings) -> Variant:
         chosen = proven or chosen
     if chosen.library_path is not None:
         os.environ[LIBRARY_PATH_VARIABLE] = str(chosen.library_path)
+    elif settings.cpu_variant not in (AUTO, BASELINE):  # a pin of the installed build wins
+        os.environ.pop(LIBRARY_PATH_VARIABLE, None)      # over an inherited path, as a runner's
     apply_wait_policy()  # and its threads wait as a runner's do (read when llama.cpp loads)
     return chosen

@@ -3,6 +3,8 @@ in every result and in a job's usage."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from decide.api.views import job_view
@@ -75,3 +77,21 @@ def test_a_pin_comes_before_a_library_path_in_the_environment(faster, monkeypatc
     assert variants.environment_for(faster)["LLAMA_CPP_LIB_PATH"] == str(faster.library_path)
     with pytest.raises(BuildUnavailable):
         candidates(FLAGS, "x86-64-v9", faster=(faster,))
+
+
+def test_a_pin_of_the_installed_build_wins_over_an_inherited_library_path(tmp_path,
+                                                                          monkeypatch):
+    """In-process decoding (``decide run``, eval, the MCP in-process server) under
+    ``DECIDE_CPU_VARIANT=<the installed build>`` loads that build even where the environment
+    still names a variant's libraries, as a runner does: a pinned fleet answers with one
+    build's bits."""
+    from decide.config.settings import Settings
+    from decide.runner.in_process import build_in_use, use_runner_build
+
+    installed = variants.installed_baseline()
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(variants.X86_64_V4.library_path))
+    assert build_in_use() == "x86-64-v4"
+    chosen = use_runner_build(Settings(cpu_variant=installed, data_dir=tmp_path))
+    assert chosen.name == installed and chosen.library_path is None
+    assert "LLAMA_CPP_LIB_PATH" not in os.environ
+    assert build_in_use() == installed
