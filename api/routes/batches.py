@@ -65,8 +65,9 @@ def _ndjson(items: Iterable[dict[str, Any]]) -> Iterator[bytes]:
 
 
 def _csv(questions: dict[str, Any], items: Iterable[dict[str, Any]]) -> Iterator[bytes]:
-    """The header, then one row per item (``decide.core.result_table``), RFC 4180 quoted
-    (CRLF line ends), a chunk of rows at a time."""
+    """The header, then one row per item (``decide.core.result_table``: a text cell that
+    would run as a spreadsheet formula quoted with ``'``), RFC 4180 quoted (CRLF line ends),
+    a chunk of rows at a time."""
     parsed = parse_questions(questions, Collector())  # stored, so valid
     buffer = io.StringIO()
     writer = csv.writer(buffer)

@@ -17,6 +17,11 @@ asked with ``"x_taught": false``, or matching none, has no such column. A cell w
 show (an error's answers, a succeeded item's error columns) is empty. Names are the ids as
 given, so a question whose id reads like another's column (``a.confidence`` beside a choice
 ``a``) gives two columns of one name; they stay in this order.
+
+A text cell (a name in the header too) that starts with ``=``, ``+``, ``-``, ``@``, a tab or a
+carriage return gets a leading ``'`` (``spreadsheet_safe``): a spreadsheet would run it as a
+formula (``=HYPERLINK(...)`` in a caller's ``custom_id`` or an option's name). Numbers are
+never changed: ``-0.5`` stays a number.
 """
 
 from __future__ import annotations
@@ -28,6 +33,16 @@ from decide.core.questions import ChoiceQuestion, NoulQuestion, Question, ScoreQ
 
 FIXED_COLUMNS = ("custom_id", "status", "error_type", "error_message")
 TAUGHT_SUFFIX = ".taught"
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+"""The first characters that make a spreadsheet read a cell as a formula (OWASP's list)."""
+
+
+def spreadsheet_safe(cell: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula, quoted with a leading ``'``; any
+    other cell (a number, None) as it is."""
+    if isinstance(cell, str) and cell.startswith(FORMULA_STARTS):
+        return "'" + cell
+    return cell
 
 
 def _keys(question: Question) -> list[str]:
@@ -56,7 +71,7 @@ def question_columns(question: Question) -> list[str]:
 
 def columns(questions: Sequence[Question]) -> list[str]:
     """The header row."""
-    return [*FIXED_COLUMNS, *(name for question in questions
+    return [*FIXED_COLUMNS, *(spreadsheet_safe(name) for question in questions
                               for name in question_columns(question))]
 
 
@@ -78,7 +93,8 @@ def _answer_cells(question: Question, answer: Mapping[str, Any] | None) -> list[
 
 def row(questions: Sequence[Question], item: Mapping[str, Any]) -> list[Any]:
     """One finished item's row from its results line (``{"custom_id", "status", "result"}``
-    or ``{..., "error": {"error_type", "message"}}``); None is an empty cell."""
+    or ``{..., "error": {"error_type", "message"}}``); None is an empty cell, and a text cell
+    is ``spreadsheet_safe``."""
     error = item.get("error") or {}
     result = item.get("result") or {}
     answers = result.get("answers") or {}
@@ -86,4 +102,4 @@ def row(questions: Sequence[Question], item: Mapping[str, Any]) -> list[Any]:
                         error.get("message")]
     for question in questions:
         cells.extend(_answer_cells(question, answers.get(question.id)))
-    return cells
+    return [spreadsheet_safe(cell) for cell in cells]

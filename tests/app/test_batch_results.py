@@ -41,7 +41,9 @@ def test_csv_results_have_a_header_and_one_row_per_item_in_order(open_door):
         "custom_id", "status", "error_type", "error_message",
         "team", "team.confidence", "team.p.billing", 'team.p.ship, "fast"',
         "refund", "urgency", "urgency.confidence", "urgency.p.0", "urgency.p.1", "urgency.p.2"]
-    assert [row[0] for row in rows[1:]] == [item["custom_id"] for item in items]
+    # a custom_id a spreadsheet would run as a formula is quoted with a leading '
+    assert [row[0] for row in rows[1:]] == [*(item["custom_id"] for item in items[:4]),
+                                            "'=comma, \"quote\"\nline"]
     ndjson = [json.loads(line) for line in
               open_door.client.get(f"/v1/batches/{batch_id}/results").text.splitlines()]
     for row, line in zip(rows[1:], ndjson, strict=True):

