@@ -36,9 +36,15 @@ class WebhookPolicy:
                                         for cidr in cidrs if cidr.strip()))
 
     def refusal(self, address: Address) -> str | None:
-        """Why ``address`` may not be reached, or None when it may."""
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
+        """Why ``address`` may not be reached, or None when it may. An IPv6 address that
+        carries an IPv4 one (mapped, 6to4, Teredo's client) is judged by that one too."""
+        for judged in (address, *_embedded(address)):
+            refusal = self._refusal(judged)
+            if refusal is not None:
+                return refusal
+        return None
+
+    def _refusal(self, address: Address) -> str | None:
         kind = _kind(address)
         if kind is None or self.allow_private:
             return None
@@ -51,8 +57,22 @@ class WebhookPolicy:
                 "DECIDE_WEBHOOK_ALLOWED_CIDRS)")
 
 
+def _embedded(address: Address) -> list[Address]:
+    """The IPv4 addresses an IPv6 one leads to: ``::ffff:a.b.c.d``, 6to4 (``2002::/16``) and
+    a Teredo client (``2001::/32``)."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return []
+    teredo = address.teredo
+    return [inner for inner in (address.ipv4_mapped, address.sixtofour,
+                                teredo[1] if teredo else None) if inner is not None]
+
+
 def _kind(address: Address) -> str | None:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return None  # judged as the IPv4 address it is
+    site_local = isinstance(address, ipaddress.IPv6Address) and address.is_site_local
     for kind, test in (("loopback", address.is_loopback), ("unspecified", address.is_unspecified),
+                       ("site-local", site_local),
                        ("link-local", address.is_link_local), ("multicast", address.is_multicast),
                        ("reserved", address.is_reserved), ("private", address.is_private)):
         if test:

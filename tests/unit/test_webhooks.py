@@ -31,6 +31,25 @@ def test_non_public_addresses_are_refused_by_default(url, kind):
         check_url(url, CLOSED)
 
 
+@pytest.mark.parametrize("url, kind", [
+    ("http://[2002:7f00:1::]/", "127.0.0.1, a loopback"),  # 6to4 of 127.0.0.1
+    ("http://[2002:a9fe:a9fe::]/", "169.254.169.254, a link-local"),  # 6to4 metadata
+    ("http://[2002:0a00:0001::1]/", "10.0.0.1, a private"),
+    ("http://[fec0::1]/", "fec0::1, a site-local"),
+])
+def test_ipv6_forms_that_lead_to_non_public_places_are_refused(url, kind):
+    with pytest.raises(RefusedUrl, match=kind):
+        check_url(url, CLOSED)
+
+
+def test_a_teredo_address_is_judged_by_its_client_address_too():
+    teredo_loopback = "2001:0:4136:e378:8000:63bf:80fe:fffe"  # client 127.1.0.1
+    allowing_teredo = WebhookPolicy.of(False, ["2001::/32"])
+    with pytest.raises(RefusedUrl, match=r"127\.1\.0\.1, a loopback"):
+        check_url(f"http://[{teredo_loopback}]/", allowing_teredo)
+    check_url("http://[2002:5db8:d822::1]/", CLOSED)  # 6to4 of a public address passes
+
+
 @pytest.mark.parametrize("url, problem", [
     ("ftp://example.com/x", "http or https"), ("example.com/hook", "http or https"),
     ("http:///nohost", "must name a host"), ("https://user:pw@example.com/", "credentials"),
@@ -115,3 +134,4 @@ def test_a_finished_jobs_event_says_its_usage_as_its_view_does():
     assert answered["usage"] == {"input_tokens": 30, "output_tokens": 0, "rows": 4,
                                  "x_build": "x86-64-v3"}
     assert job_data(record(None))["usage"]["x_build"] is None
+
