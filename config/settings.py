@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from decide.config.keys_file import read_keys
@@ -99,6 +100,19 @@ class Settings(BaseSettings):
     """How long a webhook is retried after its event before it is marked failed."""
     webhook_timeout_seconds: float = Field(default=10.0, gt=0)
     """How long one try waits for the receiver's answer."""
+
+    @field_validator("webhook_allowed_cidrs")
+    @classmethod
+    def _networks_parse(cls, value: str) -> str:
+        """A network that does not parse is refused at start, naming the setting (not a 500
+        on every webhook URL later)."""
+        for cidr in _split(value):
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError as error:
+                raise ValueError(f"DECIDE_WEBHOOK_ALLOWED_CIDRS: {cidr!r} is not a network "
+                                 f"such as 10.1.0.0/16 ({error})") from error
+        return value
 
     @property
     def embedded(self) -> bool:

@@ -135,3 +135,15 @@ def test_a_finished_jobs_event_says_its_usage_as_its_view_does():
                                  "x_build": "x86-64-v3"}
     assert job_data(record(None))["usage"]["x_build"] is None
 
+
+def test_a_bad_allowed_network_stops_the_settings_naming_the_setting(monkeypatch):
+    from pydantic import ValidationError
+
+    from decide.config.settings import Settings
+
+    monkeypatch.setenv("DECIDE_WEBHOOK_ALLOWED_CIDRS", "127.0.0.0/8, 10.0.0.0/33")
+    with pytest.raises(ValidationError, match=r"DECIDE_WEBHOOK_ALLOWED_CIDRS: '10\.0\.0\.0/33'"):
+        Settings()
+    monkeypatch.setenv("DECIDE_WEBHOOK_ALLOWED_CIDRS", "127.0.0.0/8, ::1/128")
+    assert Settings().webhook_cidr_list == ["127.0.0.0/8", "::1/128"]
+
