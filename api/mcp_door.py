@@ -1,9 +1,12 @@
 """``/mcp``: the MCP tools over streamable HTTP on the front door, behind the API keys.
 
 A call without a valid key is answered 401 before the MCP session manager sees it, in the
-shape of every other 401. The tools act as the key's owner through the routes' own functions
-(``accept``, ``wait_finished``, ``owned_job``), so a job a tool creates belongs to that key and
-is read, listed and billed like one created over ``POST /v1/jobs``.
+shape of every other 401. A keyed call's body is read here, bounded as every route's is
+(``api.body.read_raw``: over ``MAX_BODY_BYTES``, declared or streamed, is the same 413
+``request_too_large``), and handed to the manager as read: the SDK itself would read any
+size. The tools act as the key's owner through the routes' own functions (``accept``,
+``wait_finished``, ``owned_job``), so a job a tool creates belongs to that key and is read,
+listed and billed like one created over ``POST /v1/jobs``.
 
 The session manager is stateless (each POST is its own session, answered as JSON), so any of
 several front-door processes can answer any call. It is made on the first ``/mcp`` call and
@@ -22,12 +25,13 @@ from typing import Any
 import anyio
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from decide.api import mcp_tools
+from decide.api.body import read_raw
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError, not_found
 from decide.api.mcp_tools import ToolFailure
@@ -36,6 +40,8 @@ from decide.api.submit import accept, owned_job
 from decide.api.views import job_view, sync_response
 from decide.api.waiting import wait_finished
 from decide.api.webhook_fields import shown, webhook_url, with_signing_secret
+from decide.core.errors import RequestTooLarge
+from decide.core.protocol import MAX_BODY_BYTES
 from decide.store import jobs, submission
 from decide.store.db import DATABASE_AWAY
 
@@ -166,24 +172,49 @@ class McpSessions:
 
 
 class McpDoor:
-    """The ASGI endpoint of ``/mcp``: the key checked, then the session manager."""
+    """The ASGI endpoint of ``/mcp``: the key checked, the body read (at most ``limit``
+    bytes), then the session manager."""
 
-    def __init__(self, sessions: McpSessions) -> None:
+    def __init__(self, sessions: McpSessions, limit: int = MAX_BODY_BYTES) -> None:
         self.sessions = sessions
+        self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         context: ApiContext = request.app.state.context
         try:
             owner = context.auth.owner_of(request)
+            body = await read_raw(request, self.limit)
         except ApiError as error:
-            refusal = JSONResponse(status_code=error.status, headers=error.headers, content={
-                "detail": {"error_type": error.error_type, "message": error.message}})
-            await refusal(scope, receive, send)
+            await _refusal(error.status, error.error_type, error.message,
+                           error.headers)(scope, receive, send)
+            return
+        except RequestTooLarge as error:
+            await _refusal(413, "request_too_large", str(error))(scope, receive, send)
+            return
+        except ClientDisconnect:  # the caller left mid-body: nobody reads an answer
             return
         scope.setdefault("state", {})[OWNER_STATE] = owner
         manager = await self.sessions.manager()
-        await manager.handle_request(scope, receive, send)
+        await manager.handle_request(scope, replaying(body, receive), send)
+
+
+def _refusal(status: int, error_type: str, message: str,
+             headers: dict[str, str] | None = None) -> JSONResponse:
+    """An error answer in the shape of every route's (``api.errors``)."""
+    return JSONResponse(status_code=status, headers=headers, content={
+        "detail": {"error_type": error_type, "message": message}})
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` for the manager: the body already read, as one message, then the
+    connection's own messages (its disconnect)."""
+    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
 
 
 def install_mcp(app: FastAPI, model_names: list[str]) -> McpSessions:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from itertools import count
 
+from decide.core.protocol import MAX_BODY_BYTES
 from decide.store import outbox
 from tests.app.conftest import KEYS
 
@@ -162,3 +163,44 @@ def test_the_sessions_start_on_the_first_call_and_answer_every_call_after(front_
     manager = sessions._manager
     assert rpc(front_door, "tools/list").status_code == 200
     assert sessions._manager is manager  # one manager for the app's lifespan
+
+
+def _door(front_door):
+    [door] = [route.endpoint for route in front_door.client.app.routes
+              if getattr(route, "path", None) == "/mcp"]
+    return door
+
+
+def test_a_body_declared_over_the_cap_is_the_413_of_every_route(front_door):
+    """The SDK would read a body of any size; the door refuses one whose Content-Length is
+    over MAX_BODY_BYTES before reading any of it, as ``POST /v1/systemone`` does."""
+    message = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
+    headers = {**ACCEPT, **front_door.keyed(ALPHA), "Content-Type": "application/json",
+               "Content-Length": str(MAX_BODY_BYTES + 1)}
+    answers = [front_door.client.post(path, headers=headers, content=message)
+               for path in ("/mcp", "/v1/systemone")]
+    for refused in answers:
+        assert refused.status_code == 413, refused.text
+    assert answers[0].json() == answers[1].json()
+    assert answers[0].json()["detail"]["error_type"] == "request_too_large"
+
+
+def test_a_streamed_body_is_refused_once_it_passes_the_cap(front_door):
+    """A chunked body (no Content-Length) is counted as it arrives: past the cap, a 413; a
+    body under it reaches the tools whole."""
+    door = _door(front_door)
+    door.limit = 4096
+    headers = {**ACCEPT, **front_door.keyed(ALPHA), "Content-Type": "application/json"}
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+
+    def chunked(padding: int):
+        text = json.dumps({**message, "params": {"_meta": {"pad": "x" * padding}}}).encode()
+        for start in range(0, len(text), 1000):
+            yield text[start:start + 1000]
+
+    refused = front_door.client.post("/mcp", headers=headers, content=chunked(5000))
+    assert refused.status_code == 413, refused.text
+    assert refused.json()["detail"]["error_type"] == "request_too_large"
+    listed = front_door.client.post("/mcp", headers=headers, content=chunked(2000))
+    assert listed.status_code == 200, listed.text
+    assert len(listed.json()["result"]["tools"]) == 4
