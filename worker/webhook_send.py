@@ -1,7 +1,9 @@
 """One webhook try: the URL checked again on the addresses its name resolves to now, the body
 signed per the Standard Webhooks specification (the ``standardwebhooks`` library), and posted
 with httpx to the address that was checked (so a name cannot resolve to a public address for
-the check and to a private one for the connection)."""
+the check and to a private one for the connection). No connection is kept alive: each try
+connects afresh, so a connection made to one host (its TLS name checked) is never reused for
+another host at the same address."""
 
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ class Sender:
         self._policy = policy
         self._resolve = resolve
         self._client = httpx.Client(timeout=timeout, follow_redirects=False,
+                                    limits=httpx.Limits(max_keepalive_connections=0),
                                     headers={"user-agent": USER_AGENT})
 
     def close(self) -> None:

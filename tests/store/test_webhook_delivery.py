@@ -164,3 +164,11 @@ def test_a_name_is_sent_to_the_address_it_was_checked_at(receiver):
     (delivery,) = receiver.accepted
     assert delivery.host == f"hooks.test:{receiver.port}" and delivery.path == "/hooks?x=1"
     sender.close()
+
+
+def test_no_connection_is_kept_alive_for_another_host_at_the_same_address():
+    sender = Sender(LOOPBACK, 1.0)
+    pool = sender._client._transport._pool  # type: ignore[attr-defined]
+    assert pool._max_keepalive_connections == 0
+    sender.close()
+
