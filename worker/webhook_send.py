@@ -1,14 +1,21 @@
 """One webhook try: the URL checked again on the addresses its name resolves to now, the body
 signed per the Standard Webhooks specification (the ``standardwebhooks`` library), and posted
 with httpx to the address that was checked (so a name cannot resolve to a public address for
-the check and to a private one for the connection). No connection is kept alive: each try
-connects afresh, so a connection made to one host (its TLS name checked) is never reused for
-another host at the same address."""
+the check and to a private one for the connection).
+
+A try is over when the receiver's status line and headers have come: the body is never read
+(a 2xx whose body trickles, or never ends, is delivered). httpx's timeout bounds each read, not
+the whole, so a watchdog shuts the try's socket once the try has taken ``timeout`` seconds in
+all: a receiver that trickles its headers fails the try then, well within the lease. No
+connection is kept alive: each try connects afresh, so a connection made to one host (its TLS
+name checked) is never reused for another host at the same address."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -50,6 +57,7 @@ class Sender:
                  resolve=resolve_host) -> None:  # type: ignore[no-untyped-def]
         self._policy = policy
         self._resolve = resolve
+        self._timeout = timeout
         self._client = httpx.Client(timeout=timeout, follow_redirects=False,
                                     limits=httpx.Limits(max_keepalive_connections=0),
                                     headers={"user-agent": USER_AGENT})
@@ -72,12 +80,21 @@ class Sender:
         headers = {**signed_headers(secret, message_id, payload),
                    "content-type": "application/json", "host": _host_header(url)}
         pinned, extensions = _pinned(url, address)
+        watchdog = _Watchdog(self._timeout - took() / 1000)
         try:
-            response = self._client.post(pinned, content=payload.encode(), headers=headers,
-                                          extensions=extensions)
+            with self._client.stream("POST", pinned, content=payload.encode(), headers=headers,
+                                     extensions={**extensions, "trace": watchdog.trace}
+                                     ) as response:
+                status = response.status_code  # the body is not read
         except httpx.HTTPError as error:
-            return Sent(Try(None, f"{type(error).__name__}: {error}"[:500], took()), final=False)
-        return Sent(Try(response.status_code, None, took()), final=False)
+            if watchdog.fired:
+                error_text = f"no answer within {self._timeout:g} s (the try's deadline)"
+            else:
+                error_text = f"{type(error).__name__}: {error}"[:500]
+            return Sent(Try(None, error_text, took()), final=False)
+        finally:
+            watchdog.cancel()
+        return Sent(Try(status, None, took()), final=False)
 
     def _checked_address(self, url: str) -> str:
         """The address to connect to, every address of the host allowed; a name that does not
@@ -88,6 +105,40 @@ class Sender:
         addresses = self._resolve(target.host, target.port)
         check_url(url, self._policy, lambda _host, _port: addresses)
         return addresses[0]
+
+
+class _Watchdog:
+    """Shuts a try's socket down once the try has had its time: a blocked read then ends."""
+
+    def __init__(self, seconds: float) -> None:
+        self.fired = False
+        self._socket: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(seconds, 0.0), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def trace(self, event: str, info: dict[str, object]) -> None:
+        """httpcore's trace hook: note the socket the try connected."""
+        if event == "connection.connect_tcp.complete" and info.get("return_value") is not None:
+            stream = info["return_value"]
+            with self._lock:
+                self._socket = stream.get_extra_info("socket")  # type: ignore[attr-defined]
+                if self.fired:
+                    self._shut()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            self._shut()
+
+    def _shut(self) -> None:
+        if self._socket is not None:
+            with contextlib.suppress(OSError):  # already closed
+                self._socket.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 def _literal(host: str) -> bool:

@@ -3,6 +3,10 @@ every signature with the ``standardwebhooks`` library (issue 25, item 3)."""
 
 from __future__ import annotations
 
+import socketserver
+import threading
+import time
+
 import pytest
 
 from decide.core.webhook_urls import WebhookPolicy
@@ -164,6 +168,69 @@ def test_a_name_is_sent_to_the_address_it_was_checked_at(receiver):
     (delivery,) = receiver.accepted
     assert delivery.host == f"hooks.test:{receiver.port}" and delivery.path == "/hooks?x=1"
     sender.close()
+
+
+class Trickler:
+    """A receiver that answers slowly, one byte at a time: its status and headers at once and
+    then a chunked body that never ends (``body``), or its status line itself (``headers``)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.stopping = threading.Event()
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def _handler(self) -> type[socketserver.BaseRequestHandler]:
+        trickler = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                self.request.recv(65536)
+                head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                if trickler.mode == "body":
+                    self.request.sendall(head)
+                    head = b"1\r\nx\r\n" * 1000
+                try:
+                    for byte in head:
+                        self.request.sendall(bytes([byte]))
+                        if trickler.stopping.wait(0.2):
+                            return
+                except OSError:
+                    return  # the sender hung up: what a try that ends does
+
+        return Handler
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("mode", ["body", "headers"])
+def test_a_slow_receiver_holds_a_try_no_longer_than_its_timeout(mode):
+    """httpx's timeout bounds each read, not the whole: a 200 whose body trickles is
+    delivered as soon as its status came (the body is not read), and a receiver that trickles
+    its status line is cut off at the try's deadline and the try failed."""
+    trickler = Trickler(mode)
+    sender = Sender(LOOPBACK, 1.0)
+    try:
+        started = time.monotonic()
+        sent = sender.send(f"http://127.0.0.1:{trickler.port}/hooks", webhooks.new_secret(),
+                           "msg_1", '{"type": "job.finished", "data": {}}')
+        took = time.monotonic() - started
+    finally:
+        sender.close()
+        trickler.close()
+    if mode == "body":
+        assert sent.outcome.status_code == 200 and sent.outcome.error is None
+        assert took < 1.0
+    else:
+        assert sent.outcome.status_code is None
+        assert sent.outcome.error == "no answer within 1 s (the try's deadline)"
+        assert 0.9 < took < 3.0
+    assert not sent.final
 
 
 def test_no_connection_is_kept_alive_for_another_host_at_the_same_address():
