@@ -21,6 +21,9 @@ from decide.store.tables import webhook_attempts, webhook_endpoints, webhook_eve
 from decide.store.webhooks import BATCH_COMPLETED
 
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+LOST = "lost"
+"""What ``record_try`` answers when the try's lease ran out and another sender claimed the
+event meanwhile: nothing is recorded (that sender's try is the one that counts)."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,8 @@ class Try:
 
 def record_try(db: Engine, event: Event, outcome: Try, *, retry_in: float | None) -> str:
     """Log the try and move the event on: delivered, due again in ``retry_in`` seconds, or
-    failed (``retry_in`` None: out of time, or never deliverable). Returns its new status."""
+    failed (``retry_in`` None: out of time, or never deliverable). Returns its new status, or
+    ``LOST`` when the claim was no longer this try's (nothing logged then)."""
     status = DELIVERED if outcome.delivered else PENDING if retry_in is not None else FAILED
     now = database_now(db)
     values: dict[str, Any] = {"status": status}
@@ -102,13 +106,15 @@ def record_try(db: Engine, event: Event, outcome: Try, *, retry_in: float | None
     else:
         values["finished_at"] = now
     with db.begin() as connection:
+        moved = connection.execute(update(webhook_events).where(
+            webhook_events.c.id == event.id, webhook_events.c.status == PENDING,
+            webhook_events.c.attempts == event.attempts).values(**values)).rowcount
+        if moved != 1:
+            return LOST
         connection.execute(webhook_attempts.insert().values(
             event_id=event.id, endpoint_id=event.endpoint_id, attempt=event.attempts,
             status_code=outcome.status_code, error=outcome.error, at=now,
             duration_ms=round(outcome.duration_ms, 1)))
-        connection.execute(update(webhook_events).where(
-            webhook_events.c.id == event.id, webhook_events.c.status == PENDING,
-            webhook_events.c.attempts == event.attempts).values(**values))
     return status
 
 

@@ -18,6 +18,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from decide import metrics
 from decide.config.settings import Settings
@@ -37,8 +38,8 @@ LEASE_MARGIN_SECONDS = 10.0
 
 
 def lease_for(timeout: float) -> float:
-    """How long a claimed try is left to its sender before another may try again: above the
-    longest a try can take (httpx's timeout bounds each of connect, write and read)."""
+    """How long a claimed try is left to its sender before another may try again: well above
+    the longest a try can take (the sender's deadline on the whole try is ``timeout``)."""
     return 4 * timeout + LEASE_MARGIN_SECONDS
 
 
@@ -55,6 +56,18 @@ class Backoff:
             return None
         wait = min(self.first * 2 ** max(0, attempts - 1), self.longest)
         return min(wait, self.give_up - age)
+
+
+def origin(url: str) -> str:
+    """What a log may say of a webhook URL: its scheme, host and port (its path and query
+    often carry a token)."""
+    parts = urlsplit(url)
+    try:
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        port = ""
+    host = parts.hostname or "?"
+    return f"{parts.scheme}://{f'[{host}]' if ':' in host else host}{port}"
 
 
 def policy_of(settings: Settings) -> WebhookPolicy:
@@ -143,10 +156,14 @@ class WebhookDelivery:
         age = claimed.next_attempt_at - self._lease - claimed.created_at
         retry_in = None if final else self._backoff.retry_in(claimed.attempts, age)
         status = outbox.record_try(self._db, claimed, sent_outcome, retry_in=retry_in)
+        if status == outbox.LOST:  # its lease ran out: another sender's try counts
+            log.info("webhook %s, try %d: its lease ran out before it ended; not counted",
+                     claimed.id, claimed.attempts)
+            return 1
         outcome = {outbox.PENDING: "retried"}.get(status, status)
         metrics.webhook_tries.labels(claimed.event_type, outcome).inc()
         if status != outbox.DELIVERED:
-            log.warning("webhook %s to %s, try %d: %s; %s", claimed.id, claimed.url,
+            log.warning("webhook %s to %s, try %d: %s; %s", claimed.id, origin(claimed.url),
                         claimed.attempts, sent_outcome.error or sent_outcome.status_code,
                         "failed for good" if status == outbox.FAILED
                         else f"again in {retry_in:.1f} s")

@@ -160,3 +160,20 @@ def test_batches_are_looked_at_a_page_at_a_time_round_by_round(db):
     second = outbox.note_completed_batches(db, limit=2, after=first.after)
     assert second.batches == [made[2]] and second.after is None
     assert outbox.note_completed_batches(db, limit=2).batches == []
+
+
+def test_a_try_whose_lease_ran_out_is_not_recorded(db):
+    endpoint = webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                                     events=[webhooks.JOB_FINISHED])
+    job = new_job(db, notify=True)
+    finish(db, job)
+    (event,) = outbox.events_of(db, job.id)
+    late = outbox.claim(db, event, lease_seconds=0)
+    (again,) = outbox.due_events(db, 10)  # its lease is over: another sender claims it
+    current = outbox.claim(db, again, lease_seconds=60)
+    assert outbox.record_try(db, late, outbox.Try(204, None, 1.0), retry_in=1.0) == outbox.LOST
+    assert outbox.deliveries(db, endpoint.id, limit=10) == []
+    (still,) = outbox.events_of(db, job.id)
+    assert still.status == outbox.PENDING and still.attempts == current.attempts == 2
+    assert outbox.record_try(db, current, outbox.Try(204, None, 1.0), retry_in=1.0) == \
+        outbox.DELIVERED

@@ -239,3 +239,14 @@ def test_no_connection_is_kept_alive_for_another_host_at_the_same_address():
     assert pool._max_keepalive_connections == 0
     sender.close()
 
+
+def test_a_failed_try_logs_the_urls_origin_not_its_token(db, receiver, caplog):
+    secret = webhooks.ensure_signing_secret(db, "alice")
+    receiver.trust(secret)
+    receiver.answer = 503
+    finished_job(db, webhook_url=receiver.url + "?token=s3cr3t-t0ken")
+    with caplog.at_level("WARNING", logger="decide.webhooks"):
+        assert loop(db).round() == 1
+    (record,) = [r for r in caplog.records if r.name == "decide.webhooks"]
+    assert f"http://127.0.0.1:{receiver.port}," in record.getMessage()
+    assert "s3cr3t" not in record.getMessage() and "/hooks" not in record.getMessage()

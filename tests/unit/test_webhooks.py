@@ -147,3 +147,9 @@ def test_a_bad_allowed_network_stops_the_settings_naming_the_setting(monkeypatch
     monkeypatch.setenv("DECIDE_WEBHOOK_ALLOWED_CIDRS", "127.0.0.0/8, ::1/128")
     assert Settings().webhook_cidr_list == ["127.0.0.0/8", "::1/128"]
 
+
+def test_a_log_names_a_webhook_urls_origin_only():
+    from decide.worker.webhooks import origin
+
+    assert origin("https://hooks.example.com/t/abc?token=x") == "https://hooks.example.com"
+    assert origin("http://[2001:db8::1]:8080/x?k=v") == "http://[2001:db8::1]:8080"
