@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 
@@ -26,6 +27,7 @@ from decide.store.db import DATABASE_AWAY
 
 __all__ = ["Backend", "ToolFailure", "build_server"]
 
+T = TypeVar("T")
 log = logging.getLogger("decide.mcp")
 SERVER_NAME = "decide"
 SERVER_VERSION = "0.1.0"
@@ -52,17 +54,22 @@ class Backend(Protocol):
 
 async def dispatch(backend: Backend, name: str, arguments: Any) -> dict[str, Any]:
     """One tool's answer; ``InvalidRequest`` for a bad argument, ``ToolFailure`` for an
-    unknown tool."""
+    unknown tool. The arguments are checked in a worker thread: the checks walk the whole
+    request (up to 32 MiB of it), which on the event loop would hold every other call."""
     if name == mcp_tools.DECIDE.name:
-        return await backend.decide(*mcp_tools.decide_request(arguments))
+        return await backend.decide(*await _checked(mcp_tools.decide_request, arguments))
     if name == mcp_tools.RERANK.name:
-        return await backend.rerank(mcp_tools.rerank_arguments(arguments))
+        return await backend.rerank(await _checked(mcp_tools.rerank_arguments, arguments))
     if name == mcp_tools.SUBMIT_JOB.name:
-        return await backend.submit_job(mcp_tools.job_arguments(arguments))
+        return await backend.submit_job(await _checked(mcp_tools.job_arguments, arguments))
     if name == mcp_tools.GET_JOB.name:
         return await backend.get_job(*mcp_tools.get_job_arguments(arguments))
     raise ToolFailure(f"unknown tool {name!r}: the tools are "
                       f"{', '.join(spec.name for spec in mcp_tools.TOOLS)}")
+
+
+async def _checked(check: Callable[[Any], T], arguments: Any) -> T:
+    return await anyio.to_thread.run_sync(check, arguments)
 
 
 def describe_failure(error: Exception) -> str | None:

@@ -105,7 +105,7 @@ def rerank_answer(job: jobs.JobRecord, request: RerankRequest,
 async def rerank(ctx: ApiContext, owner: str, body: Any) -> dict[str, Any]:
     """A rerank body (Cohere's v2 shape) to Cohere's response: checked, decoded as one
     foreground job the call waits for (up to the sync wait), as ``POST /v1/rerank`` does."""
-    request = parse_rerank(body)
+    request = await run_in_threadpool(parse_rerank, body)  # in a thread: it walks the body
     accepted = await run_in_threadpool(submit_rerank, ctx, owner=owner, request=request,
                                        sync_call=False)
     wait = ctx.settings.sync_wait_seconds

@@ -25,7 +25,8 @@ router = APIRouter()
 
 
 async def _rerank(request: Request, ctx: Context, owner: Owner) -> Response:
-    request_model = parse_rerank(await read_json(request))
+    # checked in a worker thread: walking a 32 MiB body would hold every other request
+    request_model = await run_in_threadpool(parse_rerank, await read_json(request))
     waits = "respond-async" not in request.headers.get("prefer", "").lower()
     accepted = await run_in_threadpool(submit_rerank, ctx, owner=owner, request=request_model,
                                        sync_call=waits)

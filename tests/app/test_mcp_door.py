@@ -204,3 +204,36 @@ def test_a_streamed_body_is_refused_once_it_passes_the_cap(front_door):
     listed = front_door.client.post("/mcp", headers=headers, content=chunked(2000))
     assert listed.status_code == 200, listed.text
     assert len(listed.json()["result"]["tools"]) == 4
+
+
+def test_the_tools_check_their_arguments_off_the_event_loop(front_door, monkeypatch):
+    """A tool's arguments (up to 32 MiB) are checked in a worker thread, as a route's body
+    is: on the event loop the walk would hold every other call."""
+    import asyncio
+
+    import decide.api.mcp_tools as tools
+    import decide.api.rerank as api_rerank
+    from decide.core import protocol, rerank
+
+    held: list[str] = []
+
+    def watching(name, check):
+        def watched(body):
+            try:
+                asyncio.get_running_loop()
+                held.append(name)
+            except RuntimeError:
+                pass
+            return check(body)
+        return watched
+
+    monkeypatch.setattr(tools, "parse_rerank", watching("rerank", rerank.parse_rerank))
+    monkeypatch.setattr(api_rerank, "parse_rerank", watching("rerank", rerank.parse_rerank))
+    monkeypatch.setattr(tools, "parse_request", watching("decide", protocol.parse_request))
+    refused = call(front_door, "rerank", {"query": "q", "documents": ["d", 3]})
+    assert refused["content"][0]["text"].startswith("invalid arguments: documents.1: ")
+    assert call(front_door, "rerank", {"query": "q", "documents": ["d"]})["isError"] is False
+    for tool in ("decide", "submit_job"):
+        assert call(front_door, tool, {"state": "s", "questions": {"r": NOUL}})["isError"] \
+            is False
+    assert held == []

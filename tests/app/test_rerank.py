@@ -248,3 +248,43 @@ def test_the_rerank_is_callable_from_python(marked):
     assert job_reads.get_job(marked.db, answer["id"]).status == "succeeded"
     with pytest.raises(InvalidRequest):
         asyncio.run(rerank(context, PUBLIC_OWNER, {"query": QUERY}))
+
+
+def off_the_event_loop(monkeypatch, *modules) -> list[bool]:
+    """Each ``parse_rerank`` call of these modules, recorded: True when it ran where no event
+    loop runs (a worker thread), False when it held the event loop."""
+    import decide.core.rerank as core
+
+    calls: list[bool] = []
+
+    def recording(body):
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            calls.append(True)
+        else:
+            calls.append(False)
+        return core.parse_rerank(body)
+
+    for module in modules:
+        monkeypatch.setattr(module, "parse_rerank", recording)
+    return calls
+
+
+def test_the_body_is_checked_off_the_event_loop_and_a_bad_field_still_named(open_door,
+                                                                            monkeypatch):
+    """Checking walks the whole body (up to 32 MiB); on the event loop it would hold every
+    other request, so the route and the Python call check it in a worker thread."""
+    import decide.api.rerank as api_rerank
+    import decide.api.routes.rerank as route
+
+    calls = off_the_event_loop(monkeypatch, route, api_rerank)
+    refused = open_door.client.post("/v1/rerank", json={"query": "q", "documents": ["d", 3],
+                                                        "junk": list(range(1000))})
+    assert refused.status_code == 422, refused.text
+    assert [error["loc"] for error in refused.json()["detail"]] == [["body", "documents", 1]]
+    answered = open_door.client.post("/v1/rerank", json={"query": "q", "documents": ["d"]})
+    assert answered.status_code == 200, answered.text
+    context = open_door.client.app.state.context
+    asyncio.run(rerank(context, PUBLIC_OWNER, {"query": "q", "documents": ["d"]}))
+    assert calls == [True, True, True]
