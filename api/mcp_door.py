@@ -39,7 +39,7 @@ from decide.api.rerank import rerank
 from decide.api.submit import accept, owned_job
 from decide.api.views import job_view, sync_response
 from decide.api.waiting import wait_finished
-from decide.api.webhook_fields import shown, webhook_url, with_signing_secret
+from decide.api.webhook_fields import job_url, shown, webhook_url, with_signing_secret
 from decide.core.errors import RequestTooLarge
 from decide.core.protocol import MAX_BODY_BYTES
 from decide.store import jobs, submission
@@ -93,8 +93,8 @@ class FrontDoorTools:
             with_signing_secret, self.ctx, self.owner, url,
             lambda: accept(self.ctx, owner=self.owner, body=job.body, priority=job.priority,
                            metadata=job.metadata, idempotency_key=job.idempotency_key,
-                           notify=True, webhook_url=url))
-        return {**job_view(accepted.job), **shown(url, secret)}
+                           notify=True, webhook_url=url), job_url)
+        return {**job_view(accepted.job), **shown(accepted.job.webhook_url, secret)}
 
     async def get_job(self, job_id: str, wait: float | None) -> dict[str, Any]:
         if not wait:

@@ -51,17 +51,29 @@ def webhook_url(ctx: ApiContext, value: Any) -> str | None:
 
 
 def with_signing_secret(ctx: ApiContext, owner: str, url: str | None,
-                        submit: Callable[[], T]) -> tuple[T, str | None]:
+                        submit: Callable[[], T],
+                        stored_url: Callable[[T], str | None] | None = None
+                        ) -> tuple[T, str | None]:
     """``submit()``'s result, and the key's signing secret when this call made it (to be shown
-    once): a key's first ``x_webhook`` URL makes it. A submission refused takes back the
-    secret it made, so no secret exists that was never shown."""
+    once): a key's first ``x_webhook`` URL makes it. A submission refused, or one that stored
+    no such URL (``stored_url`` of its result is not ``url``: an idempotent replay answers an
+    older job), takes back the secret it made, so no secret exists that was never shown."""
     made = webhooks.ensure_signing_secret(ctx.db, owner) if url is not None else None
     try:
-        return submit(), made
+        result = submit()
     except BaseException:
         if made is not None:
             webhooks.forget_signing_secret(ctx.db, owner, made)
         raise
+    if made is not None and stored_url is not None and stored_url(result) != url:
+        webhooks.forget_signing_secret(ctx.db, owner, made)
+        return result, None
+    return result, made
+
+
+def job_url(accepted: Any) -> str | None:
+    """The URL a submission stored: a new job's own, none for a replay (an older job)."""
+    return accepted.job.webhook_url if accepted.created else None
 
 
 def shown(url: str | None, secret: str | None) -> dict[str, Any]:

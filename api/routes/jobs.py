@@ -16,7 +16,7 @@ from decide.api.schemas import JobList, JobRequest, JobSchema, request_body, res
 from decide.api.submit import accept, checked_metadata, checked_priority, owned_job
 from decide.api.views import job_view
 from decide.api.waiting import wait_finished
-from decide.api.webhook_fields import shown, webhook_url, with_signing_secret
+from decide.api.webhook_fields import job_url, shown, webhook_url, with_signing_secret
 from decide.core.protocol import MAX_WAIT_SECONDS
 from decide.store import job_reads, jobs, submission
 
@@ -40,7 +40,8 @@ async def submit_job(request: Request, ctx: Context, owner: Owner,
     accepted, secret = await run_in_threadpool(
         with_signing_secret, ctx, owner, url,
         lambda: accept(ctx, owner=owner, body=decision, priority=priority, metadata=metadata,
-                       idempotency_key=idempotency_key, notify=True, webhook_url=url))
+                       idempotency_key=idempotency_key, notify=True, webhook_url=url),
+        job_url)
     job = accepted.job
     rate = accepted.rate.headers() if accepted.rate else {}
     return JSONResponse({**job_view(job), **shown(job.webhook_url, secret)},

@@ -166,3 +166,21 @@ def test_a_replayed_idempotency_key_shows_the_jobs_own_url(front_door):
     assert first.status_code == 202 and again.status_code == 200
     assert again.json()["id"] == first.json()["id"]
     assert again.json()["x_webhook"] == {"url": PUBLIC}
+
+
+def test_a_replay_that_names_a_url_makes_no_secret_and_the_next_url_shows_one(front_door):
+    """A replayed Idempotency-Key answers the older job, which stored no URL of this call's:
+    the secret the replay made is taken back, so the key's next x_webhook job shows it."""
+    alpha = front_door.keyed("key-alpha")
+    plain = front_door.client.post("/v1/jobs", headers={**alpha, "Idempotency-Key": "k1"},
+                                   json=JOB)
+    replay = front_door.client.post("/v1/jobs", headers={**alpha, "Idempotency-Key": "k1"},
+                                    json={**JOB, "x_webhook": {"url": PUBLIC}})
+    assert plain.status_code == 202 and replay.status_code == 200
+    assert replay.json()["id"] == plain.json()["id"] and "x_webhook" not in replay.json()
+    later = front_door.client.post("/v1/jobs", headers=alpha,
+                                   json={**JOB, "x_webhook": {"url": PUBLIC}})
+    assert later.status_code == 202
+    secret = later.json()["x_webhook"]["secret"]
+    (event,) = outbox.events_of(front_door.db, later.json()["id"])
+    assert webhooks.signing_secret(front_door.db, event.owner) == secret
