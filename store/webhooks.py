@@ -11,12 +11,12 @@ import json
 import os
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, exists, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from decide.store.clock import read_database_now
 from decide.store.ids import new_id
-from decide.store.tables import webhook_endpoints, webhook_secrets
+from decide.store.tables import batches, jobs, webhook_endpoints, webhook_secrets
 
 JOB_FINISHED, BATCH_COMPLETED = "job.finished", "batch.completed"
 EVENT_TYPES = (JOB_FINISHED, BATCH_COMPLETED)
@@ -111,8 +111,14 @@ def rotate_signing_secret(db: Engine, owner: str) -> str:
     return secret
 
 
-def forget_signing_secret(db: Engine, owner: str, secret: str) -> None:
-    """Take back a signing secret never shown (the submission that made it was refused)."""
+def forget_signing_secret(db: Engine, owner: str, secret: str) -> bool:
+    """Take back a signing secret never shown (the submission that made it was refused, or
+    stored no URL of its own): True when taken back. It is kept once any of the key's jobs or
+    batches names a URL: another submission may have seen it and stored one meanwhile, whose
+    event is signed with it."""
+    named = or_(exists().where(jobs.c.owner == owner, jobs.c.webhook_url.is_not(None)),
+                exists().where(batches.c.owner == owner, batches.c.webhook_url.is_not(None)))
     with db.begin() as connection:
-        connection.execute(webhook_secrets.delete().where(webhook_secrets.c.owner == owner,
-                                                          webhook_secrets.c.secret == secret))
+        return connection.execute(webhook_secrets.delete().where(
+            webhook_secrets.c.owner == owner, webhook_secrets.c.secret == secret,
+            ~named)).rowcount == 1

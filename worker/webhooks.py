@@ -35,6 +35,9 @@ SENDERS = 8
 """Tries in flight at once: one receiver that hangs until its timeout holds one of them."""
 PURGE_EVERY_SECONDS = 3600.0
 LEASE_MARGIN_SECONDS = 10.0
+NO_SECRET = "no signing secret (POST /v1/webhooks/secret)"
+"""An ``x_webhook`` event's try when its key has no signing secret: kept pending, tried again
+as a failed try is, and signed with the secret the key makes meanwhile."""
 
 
 def lease_for(timeout: float) -> float:
@@ -148,8 +151,10 @@ class WebhookDelivery:
         secret = self._secret(claimed)
         payload = claimed.payload or outbox.keep_payload(self._db, claimed.id,
                                                          self._compose(claimed))
-        if secret is None:
+        if secret is None and claimed.endpoint_id is not None:
             sent_outcome, final = outbox.Try(None, "the endpoint was deleted", 0.0), True
+        elif secret is None:  # the key has none yet (one made may be taken back): try later
+            sent_outcome, final = outbox.Try(None, NO_SECRET, 0.0), False
         else:
             sent = self._sender.send(claimed.url, secret, claimed.id, payload)
             sent_outcome, final = sent.outcome, sent.final

@@ -177,3 +177,24 @@ def test_a_try_whose_lease_ran_out_is_not_recorded(db):
     assert still.status == outbox.PENDING and still.attempts == current.attempts == 2
     assert outbox.record_try(db, current, outbox.Try(204, None, 1.0), retry_in=1.0) == \
         outbox.DELIVERED
+
+
+def test_a_signing_secret_is_taken_back_only_while_no_url_of_the_key_is_stored(db):
+    """Two submissions race on a key's first x_webhook: one makes the secret, the other sees
+    it and stores its job; the first, refused, may then not take the secret back."""
+    made = webhooks.ensure_signing_secret(db, "alice")
+    assert webhooks.forget_signing_secret(db, "alice", made)  # nothing names a URL yet
+    assert webhooks.signing_secret(db, "alice") is None
+    made = webhooks.ensure_signing_secret(db, "alice")
+    new_job(db, owner="bob", webhook_url="https://jobs.example/bob")  # another key's
+    new_job(db, notify=True)  # alice's, no URL
+    assert webhooks.forget_signing_secret(db, "alice", made)
+    made = webhooks.ensure_signing_secret(db, "alice")
+    new_job(db, notify=True, webhook_url="https://jobs.example/hook")  # the racing job
+    assert not webhooks.forget_signing_secret(db, "alice", made)
+    assert webhooks.signing_secret(db, "alice") == made
+    carol = webhooks.ensure_signing_secret(db, "carol")
+    batches.create_batch(db, owner="carol", model="m", priority="background",
+                         questions=REQUEST["questions"], metadata=None, items=[("a", "x")],
+                         rows_per_item=1, webhook_url="https://jobs.example/batch")
+    assert not webhooks.forget_signing_secret(db, "carol", carol)

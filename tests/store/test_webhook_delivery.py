@@ -250,3 +250,19 @@ def test_a_failed_try_logs_the_urls_origin_not_its_token(db, receiver, caplog):
     (record,) = [r for r in caplog.records if r.name == "decide.webhooks"]
     assert f"http://127.0.0.1:{receiver.port}," in record.getMessage()
     assert "s3cr3t" not in record.getMessage() and "/hooks" not in record.getMessage()
+
+
+def test_a_job_url_whose_key_has_no_secret_waits_for_one(db, receiver, caplog):
+    """The key's secret may have been taken back by a refused submission racing this job's:
+    its event stays pending, tried again, and is signed with the secret made meanwhile."""
+    job = finished_job(db, webhook_url=receiver.url)
+    delivery = loop(db)
+    with caplog.at_level("WARNING", logger="decide.webhooks"):
+        assert delivery.round() == 1
+    (event,) = outbox.events_of(db, job.id)
+    assert event.status == outbox.PENDING
+    assert "no signing secret (POST /v1/webhooks/secret)" in caplog.text
+    receiver.trust(webhooks.rotate_signing_secret(db, "alice"))
+    wait_until(lambda: delivery.round() >= 0 and len(receiver.unique()) == 1)
+    (event,) = outbox.events_of(db, job.id)
+    assert event.status == outbox.DELIVERED and receiver.ids() == [event.id]
