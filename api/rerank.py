@@ -14,7 +14,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from decide.api.context import ApiContext
-from decide.api.errors import ApiError
+from decide.api.errors import ApiError, invalid
 from decide.api.submit import Accepted, accept
 from decide.api.waiting import wait_finished
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
@@ -67,14 +67,17 @@ def _located(invalid: InvalidRequest) -> InvalidRequest:
     return InvalidRequest(errors=errors)
 
 
-def submit_rerank(ctx: ApiContext, *, owner: str, request: RerankRequest,
-                  sync_call: bool) -> Accepted:
+def submit_rerank(ctx: ApiContext, *, owner: str, request: RerankRequest, sync_call: bool,
+                  notify: bool = False, webhook_url: str | None = None) -> Accepted:
     """Store and queue a rerank's decision job in the foreground lane (runs in a worker
-    thread: it tokenizes). Errors name the rerank's fields, a document by its index."""
+    thread: it tokenizes). Errors name the rerank's fields, a document by its index.
+    ``notify``: its finish is announced to the key's webhook endpoints (a job submitted to be
+    polled, ``Prefer: respond-async``), and to ``webhook_url`` when given."""
     question, taught = relevance_question(ctx, owner, request)
     try:
         return accept(ctx, owner=owner, body=decision_body(request, question, taught),
-                      priority=FOREGROUND, sync_call=sync_call)
+                      priority=FOREGROUND, sync_call=sync_call, notify=notify,
+                      webhook_url=webhook_url)
     except InvalidRequest as invalid:
         raise _located(invalid) from None
     except RequestTooLarge as large:
@@ -104,8 +107,14 @@ def rerank_answer(job: jobs.JobRecord, request: RerankRequest,
 
 async def rerank(ctx: ApiContext, owner: str, body: Any) -> dict[str, Any]:
     """A rerank body (Cohere's v2 shape) to Cohere's response: checked, decoded as one
-    foreground job the call waits for (up to the sync wait), as ``POST /v1/rerank`` does."""
+    foreground job the call waits for (up to the sync wait), as ``POST /v1/rerank`` does.
+    The answer is in the caller's hand, so ``x_webhook`` is refused (422), as on a sync
+    ``POST /v1/rerank``."""
     request = await run_in_threadpool(parse_rerank, body)  # in a thread: it walks the body
+    if body.get("x_webhook") is not None:
+        raise invalid("body", ["x_webhook"], "x_webhook is taken only by an async rerank "
+                      "(POST /v1/rerank with Prefer: respond-async); this call is answered "
+                      "with its ranking", "value_error")
     accepted = await run_in_threadpool(submit_rerank, ctx, owner=owner, request=request,
                                        sync_call=False)
     wait = ctx.settings.sync_wait_seconds

@@ -1,5 +1,6 @@
 """``POST /v1/rerank`` and ``POST /v2/rerank``: Cohere's v2 rerank, as a foreground job the
-call waits for (``Prefer: respond-async``: 202 with the job)."""
+call waits for (``Prefer: respond-async``: 202 with the job, its finish announced to the key's
+webhooks and to the body's ``x_webhook``, as ``POST /v1/systemone``'s is)."""
 
 from __future__ import annotations
 
@@ -19,21 +20,27 @@ from decide.api.schemas import (
     responses,
 )
 from decide.api.views import job_view
+from decide.api.webhook_fields import async_webhook, shown, with_signing_secret
 from decide.core.rerank import parse_rerank
 
 router = APIRouter()
 
 
 async def _rerank(request: Request, ctx: Context, owner: Owner) -> Response:
+    body = await read_json(request)
     # checked in a worker thread: walking a 32 MiB body would hold every other request
-    request_model = await run_in_threadpool(parse_rerank, await read_json(request))
+    request_model = await run_in_threadpool(parse_rerank, body)
     waits = "respond-async" not in request.headers.get("prefer", "").lower()
-    accepted = await run_in_threadpool(submit_rerank, ctx, owner=owner, request=request_model,
-                                       sync_call=waits)
+    url = await run_in_threadpool(async_webhook, ctx, body, waits)
+    accepted, secret = await run_in_threadpool(
+        with_signing_secret, ctx, owner, url,
+        lambda: submit_rerank(ctx, owner=owner, request=request_model, sync_call=waits,
+                              notify=not waits, webhook_url=url))
     job = accepted.job
     headers = {"X-Job-Id": job.id, **(accepted.rate.headers() if accepted.rate else {})}
-    if not waits:
-        return JSONResponse(job_view(job), status_code=202,
+    if not waits:  # announced to the key's webhooks, and to x_webhook, as POST /v1/jobs is
+        return JSONResponse({**job_view(job), **shown(job.webhook_url, secret)},
+                            status_code=202,
                             headers={**headers, "Location": f"/v1/jobs/{job.id}"})
     connected, finished = await wait_while_connected(ctx, request, job.id, owner)
     if not connected:  # the caller went away; nobody reads this

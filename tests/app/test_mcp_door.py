@@ -237,3 +237,13 @@ def test_the_tools_check_their_arguments_off_the_event_loop(front_door, monkeypa
         assert call(front_door, tool, {"state": "s", "questions": {"r": NOUL}})["isError"] \
             is False
     assert held == []
+
+
+def test_the_rerank_tool_refuses_a_webhook_it_would_never_call(front_door):
+    """The tool answers with the ranking (a sync rerank), so ``x_webhook`` is refused naming
+    it, never silently dropped."""
+    refused = call(front_door, "rerank", {"query": "q", "documents": ["d"],
+                                          "x_webhook": {"url": "https://hooks.example.com/h"}})
+    assert refused["isError"] is True
+    assert refused["content"][0]["text"].startswith("invalid arguments: x_webhook: "), refused
+    assert "Prefer: respond-async" in refused["content"][0]["text"]

@@ -288,3 +288,45 @@ def test_the_body_is_checked_off_the_event_loop_and_a_bad_field_still_named(open
     context = open_door.client.app.state.context
     asyncio.run(rerank(context, PUBLIC_OWNER, {"query": "q", "documents": ["d"]}))
     assert calls == [True, True, True]
+
+
+def test_an_async_rerank_is_announced_to_the_keys_webhooks_and_its_x_webhook(front_door):
+    """``Prefer: respond-async`` submits a job to be polled: its finish is told to the key's
+    endpoints and to the body's ``x_webhook`` (its secret shown once), as
+    ``POST /v1/systemone``'s; a sync rerank, whose answer is in hand, takes no ``x_webhook``."""
+    from decide.store import outbox
+
+    alpha = front_door.keyed("key-alpha")
+    hook = "https://hooks.example.com/decide"
+    endpoint = front_door.client.post("/v1/webhooks", headers=alpha,
+                                      json={"url": hook, "events": ["job.finished"]}).json()
+    body = {"query": "q", "documents": ["a", "b"]}
+    polled = front_door.client.post("/v1/rerank", headers={**alpha, "Prefer": "respond-async"},
+                                    json=body)
+    assert polled.status_code == 202, polled.text
+    assert "x_webhook" not in polled.json()
+    named = front_door.client.post("/v2/rerank", headers={**alpha, "Prefer": "respond-async"},
+                                   json={**body, "x_webhook": {"url": hook + "/2"}})
+    assert named.status_code == 202, named.text
+    assert named.json()["x_webhook"]["url"] == hook + "/2"
+    assert named.json()["x_webhook"]["secret"].startswith("whsec_")
+    assert [(event.event_type, event.endpoint_id) for event in
+            outbox.events_of(front_door.db, polled.json()["id"])] == [
+        ("job.finished", endpoint["id"])]
+    assert sorted((str(event.endpoint_id), event.url) for event in
+                  outbox.events_of(front_door.db, named.json()["id"])) == sorted(
+        [(endpoint["id"], hook), ("None", hook + "/2")])
+    sync = front_door.client.post("/v1/rerank", headers=alpha, json=body)
+    assert sync.status_code == 200
+    assert outbox.events_of(front_door.db, sync.json()["id"]) == []
+    for headers, value, loc in (({}, {"url": hook}, ["body", "x_webhook"]),
+                                ({"Prefer": "respond-async"}, {"url": "http://127.0.0.1/h"},
+                                 ["body", "x_webhook", "url"]),
+                                ({"Prefer": "respond-async"}, hook, ["body", "x_webhook"])):
+        refused = front_door.client.post("/v1/rerank", headers={**alpha, **headers},
+                                         json={**body, "x_webhook": value})
+        assert refused.status_code == 422, (value, refused.text)
+        assert refused.json()["detail"][0]["loc"] == loc
+    context = front_door.client.app.state.context
+    with pytest.raises(InvalidRequest, match="x_webhook"):
+        asyncio.run(rerank(context, PUBLIC_OWNER, {**body, "x_webhook": {"url": hook}}))
