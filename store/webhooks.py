@@ -11,11 +11,12 @@ import json
 import os
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, exists, or_, select
+from sqlalchemy import Engine, exists, func, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from decide.store.clock import read_database_now
 from decide.store.ids import new_id
+from decide.store.quota import lock_owner
 from decide.store.tables import batches, jobs, webhook_endpoints, webhook_secrets
 
 JOB_FINISHED, BATCH_COMPLETED = "job.finished", "batch.completed"
@@ -43,10 +44,24 @@ def _endpoint(row: object) -> Endpoint:
     return Endpoint(**values)
 
 
-def add_endpoint(db: Engine, *, owner: str, url: str, events: list[str]) -> Endpoint:
+class TooManyEndpoints(Exception):
+    """The key has its most endpoints already."""
+
+
+def add_endpoint(db: Engine, *, owner: str, url: str, events: list[str],
+                 most: int | None = None) -> Endpoint:
+    """Register an endpoint. ``most``: the key's endpoints are counted and the new one
+    inserted under the key's lock (``store.quota.lock_owner``), so two registrations at once
+    cannot go past it together; ``TooManyEndpoints`` when the key has that many."""
     endpoint = Endpoint(id=new_id("whep"), owner=owner, url=url, secret=new_secret(),
                         events=list(events), created_at=read_database_now(db))
     with db.begin() as connection:
+        if most is not None:
+            lock_owner(connection, owner)
+            count = connection.execute(select(func.count()).select_from(webhook_endpoints)
+                                       .where(webhook_endpoints.c.owner == owner)).scalar_one()
+            if count >= most:
+                raise TooManyEndpoints(owner)
         connection.execute(webhook_endpoints.insert().values(
             id=endpoint.id, owner=owner, url=url, secret=endpoint.secret,
             events=json.dumps(endpoint.events), created_at=endpoint.created_at))

@@ -11,12 +11,13 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from decide.api.body import read_json
-from decide.api.errors import invalid, not_found
+from decide.api.errors import ApiError, invalid, not_found
+from decide.api.quotas import KEY_BUSY_RETRY_SECONDS
 from decide.api.routes.deps import Context, Owner
 from decide.api.views import timestamp
 from decide.api.webhook_fields import checked_url
 from decide.core.questions import json_kind
-from decide.store import outbox, webhooks
+from decide.store import outbox, quota, webhooks
 
 router = APIRouter()
 MAX_ENDPOINTS = 16
@@ -49,10 +50,16 @@ def _register(ctx: Context, owner: str, body: Any) -> webhooks.Endpoint:
                       f"{json_kind(body)}", "dict_type")
     url = checked_url(ctx, body.get("url"), ["url"])
     events = _events(body.get("events"))
-    if len(webhooks.list_endpoints(ctx.db, owner)) >= MAX_ENDPOINTS:
+    try:
+        return webhooks.add_endpoint(ctx.db, owner=owner, url=url, events=events,
+                                     most=MAX_ENDPOINTS)
+    except quota.KeyBusy as busy:  # the key's lock is held by a large batch being stored
+        raise ApiError(429, "rate_limit_error", "another submission of this API key is still "
+                       f"being stored; retry after {KEY_BUSY_RETRY_SECONDS} s",
+                       headers={"Retry-After": str(KEY_BUSY_RETRY_SECONDS)}) from busy
+    except webhooks.TooManyEndpoints as full:
         raise invalid("body", ["url"], f"a key may register at most {MAX_ENDPOINTS} "
-                      "endpoints; delete one first", "too_many")
-    return webhooks.add_endpoint(ctx.db, owner=owner, url=url, events=events)
+                      "endpoints; delete one first", "too_many") from full
 
 
 @router.post("/v1/webhooks", status_code=201)

@@ -184,3 +184,15 @@ def test_a_replay_that_names_a_url_makes_no_secret_and_the_next_url_shows_one(fr
     secret = later.json()["x_webhook"]["secret"]
     (event,) = outbox.events_of(front_door.db, later.json()["id"])
     assert webhooks.signing_secret(front_door.db, event.owner) == secret
+
+
+def test_a_key_registers_at_most_sixteen_endpoints(front_door):
+    alpha = front_door.keyed("key-alpha")
+    for n in range(16):
+        added = front_door.client.post("/v1/webhooks", headers=alpha,
+                                       json={"url": f"{PUBLIC}/{n}"})
+        assert added.status_code == 201, added.text
+    refused = front_door.client.post("/v1/webhooks", headers=alpha, json={"url": PUBLIC})
+    assert refused.status_code == 422
+    (detail,) = refused.json()["detail"]
+    assert detail["loc"] == ["body", "url"] and "at most 16" in detail["msg"]

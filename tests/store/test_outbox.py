@@ -198,3 +198,47 @@ def test_a_signing_secret_is_taken_back_only_while_no_url_of_the_key_is_stored(d
                          questions=REQUEST["questions"], metadata=None, items=[("a", "x")],
                          rows_per_item=1, webhook_url="https://jobs.example/batch")
     assert not webhooks.forget_signing_secret(db, "carol", carol)
+
+
+def test_endpoints_are_counted_and_added_under_the_keys_lock(db):
+    """A registration counts the key's endpoints under its lock: one that arrives while
+    another is being stored waits for it and then sees it, so two cannot pass the most."""
+    import threading
+
+    from sqlalchemy import event
+
+    from decide.store.quota import lock_owner
+    from decide.store.tables import webhook_endpoints
+
+    for n in range(2):
+        webhooks.add_endpoint(db, owner="alice", url=f"https://hooks.example/{n}",
+                              events=[webhooks.JOB_FINISHED], most=3)
+    counting, outcome = threading.Event(), []
+
+    def second() -> None:
+        try:
+            webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/late",
+                                  events=[webhooks.JOB_FINISHED], most=3)
+            outcome.append("added")
+        except webhooks.TooManyEndpoints:
+            outcome.append("refused")
+
+    def noticed(conn, cursor, statement, *args) -> None:
+        if threading.current_thread() is racer and (
+                "advisory" in statement or "IMMEDIATE" in statement or "count(" in statement):
+            counting.set()
+
+    racer = threading.Thread(target=second)
+    event.listen(db, "before_cursor_execute", noticed)
+    try:
+        with db.begin() as connection:  # the first registration, still being stored
+            lock_owner(connection, "alice")
+            connection.execute(webhook_endpoints.insert().values(
+                id="whep_first", owner="alice", url="https://hooks.example/first",
+                secret=webhooks.new_secret(), events='["job.finished"]', created_at=0.0))
+            racer.start()
+            assert counting.wait(10)
+        racer.join(10)
+    finally:
+        event.remove(db, "before_cursor_execute", noticed)
+    assert outcome == ["refused"] and len(webhooks.list_endpoints(db, "alice")) == 3
