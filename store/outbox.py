@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, delete, select, update
+from sqlalchemy import Connection, Engine, Select, delete, select, update
 
 from decide.store import batches
 from decide.store.clock import database_now
@@ -186,24 +186,40 @@ def events_of(db: Engine, subject_id: str) -> list[Event]:
     return [_event(row) for row in rows]
 
 
-def deliveries(db: Engine, endpoint_id: str, *, limit: int,
-               after: int | None = None) -> list[dict[str, Any]]:
-    """An endpoint's delivery log, newest try first: each try's event, attempt number,
-    status code or error, and time."""
+def _log_query(after: int | None) -> Select[Any]:
     query = (select(webhook_attempts.c.id, webhook_attempts.c.event_id,
                     webhook_events.c.event_type, webhook_events.c.subject_id,
+                    webhook_attempts.c.endpoint_id, webhook_events.c.url,
                     webhook_attempts.c.attempt, webhook_attempts.c.status_code,
                     webhook_attempts.c.error, webhook_attempts.c.at,
                     webhook_attempts.c.duration_ms, webhook_events.c.status)
              .select_from(webhook_attempts.outerjoin(
-                 webhook_events, webhook_events.c.id == webhook_attempts.c.event_id))
-             .where(webhook_attempts.c.endpoint_id == endpoint_id))
+                 webhook_events, webhook_events.c.id == webhook_attempts.c.event_id)))
     if after is not None:
         query = query.where(webhook_attempts.c.id < after)
+    return query.order_by(webhook_attempts.c.id.desc())
+
+
+def _log(db: Engine, query: Select[Any], limit: int) -> list[dict[str, Any]]:
     with db.connect() as connection:
-        rows = connection.execute(query.order_by(webhook_attempts.c.id.desc())
-                                  .limit(limit)).all()
-    return [dict(row._mapping) for row in rows]
+        return [dict(row._mapping) for row in connection.execute(query.limit(limit)).all()]
+
+
+def deliveries(db: Engine, endpoint_id: str, *, limit: int,
+               after: int | None = None) -> list[dict[str, Any]]:
+    """An endpoint's delivery log, newest try first: each try's event, attempt number,
+    status code or error, and time."""
+    return _log(db, _log_query(after).where(webhook_attempts.c.endpoint_id == endpoint_id),
+                limit)
+
+
+def subject_deliveries(db: Engine, subject_id: str, owner: str, *, limit: int,
+                       after: int | None = None) -> list[dict[str, Any]]:
+    """Every try of one job's or batch's events, to its ``x_webhook`` URL (``endpoint_id``
+    None) and to the key's endpoints, newest first; the event's ``url`` is in each entry,
+    for the caller to show only as much of it as is safe."""
+    return _log(db, _log_query(after).where(webhook_events.c.subject_id == subject_id,
+                                            webhook_events.c.owner == owner), limit)
 
 
 def purge(db: Engine, older_than_seconds: float) -> int:

@@ -1,10 +1,12 @@
 """Webhook endpoints (issue 25, item 3): a key registers where its events go, each endpoint
-with its own secret (shown once), reads each endpoint's delivery log, and may replace the
+with its own secret (shown once), reads each endpoint's delivery log and each job's or
+batch's (its ``x_webhook`` URL shown by origin only), and may replace the
 signing secret of the URLs its jobs and batches name (``x_webhook``)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
@@ -14,10 +16,11 @@ from decide.api.body import read_json
 from decide.api.errors import ApiError, invalid, not_found
 from decide.api.quotas import KEY_BUSY_RETRY_SECONDS
 from decide.api.routes.deps import Context, Owner
+from decide.api.submit import owned_job
 from decide.api.views import timestamp
 from decide.api.webhook_fields import checked_url
 from decide.core.questions import json_kind
-from decide.store import outbox, quota, webhooks
+from decide.store import batches, outbox, quota, webhooks
 
 router = APIRouter()
 MAX_ENDPOINTS = 16
@@ -99,11 +102,56 @@ def endpoint_deliveries(endpoint_id: str, ctx: Context, owner: Owner,
     """Every try, newest first: its event, attempt number, status code or error, time."""
     if webhooks.get_endpoint(ctx.db, endpoint_id, owner) is None:
         raise not_found(f"no webhook endpoint {endpoint_id!r}")
-    page = outbox.deliveries(ctx.db, endpoint_id, limit=limit + 1, after=after)
+    return _page(outbox.deliveries(ctx.db, endpoint_id, limit=limit + 1, after=after), limit)
+
+
+def _page(page: list[dict[str, Any]], limit: int, *, targets: bool = False) -> dict[str, Any]:
     more = len(page) > limit
     page = page[:limit]
-    return {"object": "list", "data": [_try_view(entry) for entry in page],
+    return {"object": "list",
+            "data": [{**_try_view(entry), **(_target(entry) if targets else {})}
+                     for entry in page],
             "has_more": more, "after": page[-1]["id"] if more else None}
+
+
+def origin(url: str | None) -> str | None:
+    """Scheme, host and port of ``url``: never its path, query or user part, which may carry
+    a token."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+
+def _target(entry: dict[str, Any]) -> dict[str, Any]:
+    endpoint = entry["endpoint_id"]
+    return {"target": endpoint or "x_webhook", "origin": origin(entry["url"])}
+
+
+def _subject_log(ctx: Context, subject_id: str, owner: str, limit: int,
+                 after: int | None) -> dict[str, Any]:
+    page = outbox.subject_deliveries(ctx.db, subject_id, owner, limit=limit + 1, after=after)
+    return _page(page, limit, targets=True)
+
+
+@router.get("/v1/jobs/{job_id}/deliveries")
+def job_deliveries(job_id: str, ctx: Context, owner: Owner,
+                   limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                   after: Annotated[int | None, Query(ge=0)] = None) -> dict[str, Any]:
+    """Every try of the job's ``job.finished`` events (its ``x_webhook`` URL's and the key's
+    endpoints'), newest first."""
+    owned_job(ctx, job_id, owner)
+    return _subject_log(ctx, job_id, owner, limit, after)
+
+
+@router.get("/v1/batches/{batch_id}/deliveries")
+def batch_deliveries(batch_id: str, ctx: Context, owner: Owner,
+                     limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                     after: Annotated[int | None, Query(ge=0)] = None) -> dict[str, Any]:
+    """Every try of the batch's ``batch.completed`` events, newest first."""
+    if batches.get_batch(ctx.db, batch_id, owner) is None:
+        raise not_found(f"no batch {batch_id!r}")
+    return _subject_log(ctx, batch_id, owner, limit, after)
 
 
 def _try_view(entry: dict[str, Any]) -> dict[str, Any]:

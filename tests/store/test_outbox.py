@@ -242,3 +242,23 @@ def test_endpoints_are_counted_and_added_under_the_keys_lock(db):
     finally:
         event.remove(db, "before_cursor_execute", noticed)
     assert outcome == ["refused"] and len(webhooks.list_endpoints(db, "alice")) == 3
+
+
+def test_a_subjects_log_holds_every_try_of_its_events_for_its_owner_only(db):
+    endpoint = webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                                     events=[webhooks.JOB_FINISHED])
+    job = new_job(db, notify=True, webhook_url="https://jobs.example/hook?token=t")
+    other = new_job(db, notify=True)
+    finish(db, job)
+    finish(db, other)
+    for event in outbox.events_of(db, job.id) + outbox.events_of(db, other.id):
+        outbox.record_try(db, outbox.claim(db, event, lease_seconds=60),
+                          outbox.Try(204, None, 1.0), retry_in=None)
+    log = outbox.subject_deliveries(db, job.id, "alice", limit=10)
+    assert sorted((entry["endpoint_id"] or "", entry["url"]) for entry in log) == [
+        ("", "https://jobs.example/hook?token=t"), (endpoint.id, "https://hooks.example/a")]
+    assert {entry["subject_id"] for entry in log} == {job.id}
+    assert log[0]["id"] > log[1]["id"]  # newest first
+    assert outbox.subject_deliveries(db, job.id, "alice", limit=1, after=log[0]["id"]) == \
+        log[1:]
+    assert outbox.subject_deliveries(db, job.id, "bob", limit=10) == []
