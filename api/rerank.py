@@ -3,7 +3,8 @@ finished job becomes Cohere's v2 rerank response (``decide.core.rerank`` holds t
 
 Callable from Python beside the HTTP route: ``submit_rerank`` stores and queues the job (as
 ``POST /v1/rerank`` with ``Prefer: respond-async`` does), ``rerank`` also waits for its end and
-answers Cohere's shape, and ``rerank_answer`` turns a finished job into it.
+answers Cohere's shape, ``rerank_answer`` turns a finished job into it, and ``owned_rerank``
+reads back a caller's rerank job (``GET /v1/rerank/{id}``).
 """
 
 from __future__ import annotations
@@ -14,13 +15,19 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from decide.api.context import ApiContext
-from decide.api.errors import ApiError, invalid
+from decide.api.errors import ApiError, invalid, not_found
 from decide.api.submit import Accepted, accept
 from decide.api.waiting import wait_finished
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.core.protocol import FOREGROUND
-from decide.core.rerank import RerankRequest, decision_body, parse_rerank, rerank_response
-from decide.store import jobs
+from decide.core.rerank import (
+    RerankRequest,
+    decision_body,
+    parse_rerank,
+    rerank_response,
+    stored_rerank,
+)
+from decide.store import job_reads, jobs
 from decide.store import taught as taught_store
 
 _QUESTION = re.compile(r"question '(\d+)'")
@@ -103,6 +110,18 @@ def rerank_answer(job: jobs.JobRecord, request: RerankRequest,
     error = job.error or {}
     raise ApiError(500, error.get("error_type", "internal_error"),
                    error.get("message", "the rerank failed"), headers=headers, job_id=job.id)
+
+
+def owned_rerank(ctx: ApiContext, job_id: str,
+                 owner: str) -> tuple[jobs.JobRecord, RerankRequest]:
+    """The caller's rerank job and the rerank it was sent as (its documents, ``top_n`` and
+    ``return_documents``, read back from its stored request). Another key's job, an unknown id
+    and a job that is no rerank are all the same 404."""
+    job = job_reads.get_job(ctx.db, job_id, owner, with_request=True)
+    request = stored_rerank(job.request) if job is not None else None
+    if job is None or request is None:
+        raise not_found(f"no rerank job {job_id!r}")
+    return job, request
 
 
 async def rerank(ctx: ApiContext, owner: str, body: Any) -> dict[str, Any]:

@@ -33,8 +33,9 @@ from decide.core.questions import (
 )
 
 RERANK_FIELD = "x_rerank"
-"""A decision body's mark that it is a rerank (``{"instructions": <the relevance question>}``):
-its questions are one noul per document."""
+"""A decision body's mark that it is a rerank (``{"instructions": <the relevance question>}``,
+with the ``top_n`` and ``return_documents`` it was sent with when not their defaults): its
+questions are one noul per document."""
 MAX_DOCUMENTS = 1000
 DOCUMENTS_PER_SEARCH_UNIT = 100
 """Cohere bills one search unit per query and up to 100 documents."""
@@ -196,7 +197,44 @@ def decision_body(request: RerankRequest, question: dict[str, Any] | None = None
                                        "instructions": document_instructions(document,
                                                                              instructions)}
                           for index, document in enumerate(request.documents)},
-            RERANK_FIELD: {"instructions": instructions}}
+            RERANK_FIELD: _mark(request, instructions)}
+
+
+def _mark(request: RerankRequest, instructions: str) -> dict[str, Any]:
+    """The rerank mark: what ``GET /v1/rerank/{id}`` needs beyond the documents to answer the
+    ranking asked for (left out when the default, so a plain rerank stores only its question)."""
+    mark: dict[str, Any] = {"instructions": instructions}
+    if request.top_n is not None:
+        mark["top_n"] = request.top_n
+    if request.return_documents:
+        mark["return_documents"] = True
+    return mark
+
+
+def stored_rerank(stored: dict[str, Any] | None) -> RerankRequest | None:
+    """The rerank a job's stored System One body was decoded for: its documents (read back from
+    its questions, keyed by index), ``top_n`` and ``return_documents`` (None: no rerank)."""
+    stored = stored or {}
+    mark, questions = stored.get(RERANK_FIELD), stored.get("questions")
+    instructions = mark.get("instructions") if isinstance(mark, dict) else None
+    if not isinstance(instructions, str) or not isinstance(questions, dict) or not questions:
+        return None
+    tail = QUESTION_GAP + instructions
+    documents = []
+    for index in range(len(questions)):
+        question = questions.get(str(index))
+        noul = isinstance(question, dict) and question.get("type") == "noul"
+        text = question.get("instructions") if noul else None  # type: ignore[union-attr]
+        if not (isinstance(text, str) and text.startswith(DOCUMENT_HEAD) and text.endswith(tail)
+                and len(text) >= len(DOCUMENT_HEAD) + len(tail)):
+            return None
+        documents.append(text[len(DOCUMENT_HEAD):len(text) - len(tail)])
+    top_n, state = mark.get("top_n"), stored.get("state")
+    whole = isinstance(top_n, int) and not isinstance(top_n, bool) and top_n > 0
+    return RerankRequest(query=state.removeprefix(QUERY_HEAD) if isinstance(state, str) else "",
+                         documents=tuple(documents), model=stored.get("model"),
+                         top_n=top_n if whole else None,
+                         return_documents=mark.get("return_documents") is True)
 
 
 def relevance_question(request: DecisionRequest) -> NoulQuestion | None:

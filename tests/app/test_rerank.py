@@ -1,11 +1,13 @@
-"""``POST /v1/rerank`` and ``/v2/rerank`` in-process: Cohere's shape, the order, ``top_n``,
-``return_documents``, ``x_question``, the limits and the 422s that name the field."""
+"""``POST /v1/rerank`` and ``/v2/rerank`` in-process (and ``GET`` of an async one): Cohere's
+shape, the order, ``top_n``, ``return_documents``, ``x_question``, the limits and the 422s that
+name the field."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -330,3 +332,43 @@ def test_an_async_rerank_is_announced_to_the_keys_webhooks_and_its_x_webhook(fro
     context = front_door.client.app.state.context
     with pytest.raises(InvalidRequest, match="x_webhook"):
         asyncio.run(rerank(context, PUBLIC_OWNER, {**body, "x_webhook": {"url": hook}}))
+
+
+def test_an_async_rerank_is_read_back_in_cohere_shape(marked):
+    """``GET /v1/rerank/{id}``: a 202 with the job while it is queued (also after a short
+    ``?wait``), then the ranking with the ``top_n`` and ``return_documents`` it was sent with."""
+    marked.worker.holding = True
+    job = marked.client.post("/v1/rerank", headers={"Prefer": "respond-async"}, json={
+        "query": QUERY, "documents": DOCUMENTS, "top_n": 2, "return_documents": True}).json()
+    for query in ("", "?wait=0.2"):
+        queued = marked.client.get(f"/v2/rerank/{job['id']}{query}")
+        assert queued.status_code == 202, queued.text
+        assert queued.json()["object"] == "job" and queued.json()["status"] == "queued"
+        assert queued.headers["location"] == f"/v2/rerank/{job['id']}"
+    assert marked.client.get(f"/v1/rerank/{job['id']}?wait=61").status_code == 422
+    with ThreadPoolExecutor(1) as pool:  # a long poll answered by the finish
+        polled = pool.submit(marked.client.get, f"/v1/rerank/{job['id']}?wait=30")
+        assert marked.worker.release() == ["succeeded"]
+        done = polled.result(timeout=30)
+    assert done.status_code == 200, done.text
+    body = done.json()
+    assert body["id"] == job["id"] == done.headers["x-job-id"]
+    assert [(result["index"], result["document"]) for result in body["results"]] == [
+        (1, {"text": DOCUMENTS[1]}), (4, {"text": "apple apple"})]
+    assert body["meta"]["billed_units"] == {"search_units": 1}
+    assert marked.client.get(f"/v2/rerank/{job['id']}").json() == body
+
+
+def test_only_the_callers_own_rerank_job_is_read_back(front_door):
+    alpha, beta = front_door.keyed("key-alpha"), front_door.keyed("key-beta")
+    front_door.worker.holding = True
+    job = front_door.client.post("/v1/rerank", headers={**alpha, "Prefer": "respond-async"},
+                                 json={"query": "q", "documents": ["a", "b"]}).json()
+    decision = front_door.client.post("/v1/jobs", headers=alpha, json={
+        "state": "s", "questions": {"0": {"type": "noul", "instructions": "ok?"}}}).json()
+    front_door.worker.release()
+    assert front_door.client.get(f"/v1/rerank/{job['id']}", headers=alpha).status_code == 200
+    for headers, job_id in ((beta, job["id"]), (alpha, decision["id"]), (alpha, "job_nope")):
+        missing = front_door.client.get(f"/v1/rerank/{job_id}", headers=headers)
+        assert missing.status_code == 404, (job_id, missing.text)
+        assert missing.json()["detail"]["error_type"] == "not_found_error"

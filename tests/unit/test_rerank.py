@@ -19,6 +19,7 @@ from decide.core.rerank import (
     rerank_example_state,
     rerank_response,
     search_units,
+    stored_rerank,
 )
 from tests.fakes import BOS, FakeTokenizer
 
@@ -73,6 +74,33 @@ def test_only_a_marked_decision_of_nouls_is_a_rerank():
     assert not is_rerank(parse_request({**body, "x_rerank": {"instructions": "other"}}))
     choice = {"type": "choice", "instructions": "x", "criteria": ["a", "b"]}
     assert not is_rerank(parse_request({**body, "questions": {"0": choice}}))
+
+
+def test_a_stored_rerank_reads_back_its_documents_top_n_and_return_documents():
+    request = parse_rerank({"query": "q", "documents": ["a\n\nb", "Document: c"], "top_n": 1,
+                            "return_documents": True, "x_question": {"instructions": "Is it?"}})
+    body = decision_body(request, request.question)
+    assert body["x_rerank"] == {"instructions": "Is it?", "top_n": 1, "return_documents": True}
+    back = stored_rerank(body)
+    assert back is not None and back.documents == request.documents
+    assert (back.query, back.top_n, back.return_documents) == ("q", 1, True)
+    plain = decision_body(parse_rerank({"query": "q", "documents": ["a"]}))
+    assert plain["x_rerank"] == {"instructions": RELEVANCE_QUESTION}  # defaults not stored
+    back = stored_rerank(plain)
+    assert back is not None and (back.top_n, back.return_documents) == (None, False)
+
+
+@pytest.mark.parametrize("stored", [
+    None, {"state": "s", "questions": {"0": {"type": "noul", "instructions": "x"}}},
+    {"x_rerank": {"instructions": "I"}, "questions": {"0": {"type": "noul",
+                                                            "instructions": "Document: a"}}},
+    {"x_rerank": {"instructions": "I"}, "questions": {"1": {"type": "noul",
+                                                            "instructions": "Document: a\n\nI"}}},
+    {"x_rerank": {"instructions": "I"}, "questions": {"0": {"type": "yes_no",
+                                                            "instructions": "Document: a\n\nI"}}},
+])
+def test_a_stored_decision_that_is_no_rerank_reads_back_as_none(stored):
+    assert stored_rerank(stored) is None
 
 
 def test_a_teaching_example_reads_the_row_a_rerank_reads():
