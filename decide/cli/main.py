@@ -84,8 +84,10 @@ def _add_answering_commands(commands: Any) -> None:
     add_service_args(batch, service_url)
     batch.set_defaults(handler=batch_command)
 
-    results = commands.add_parser("results", help="a batch's results as NDJSON")
+    results = commands.add_parser("results", help="a batch's results as NDJSON (or CSV)")
     results.add_argument("batch_id")
+    results.add_argument("--csv", action="store_true",
+                         help="CSV as GET /v1/batches/{id}/results?format=csv gives it")
     add_service_args(results, service_url)
     results.set_defaults(handler=remote.results)
 

@@ -124,7 +124,14 @@ def batch(args: argparse.Namespace, questions: dict[str, Any]) -> int:
 
 
 def results(args: argparse.Namespace) -> int:
+    """``decide results BATCH_ID``: NDJSON, one line per finished item, or with ``--csv`` the
+    service's own CSV (``?format=csv``), written as it streams in."""
     with client_for(args) as client:
+        if args.csv:
+            for text in client.results_csv(args.batch_id):
+                sys.stdout.write(text)
+            sys.stdout.flush()
+            return 0
         for result in client.results(args.batch_id):
             line: dict[str, Any] = {"custom_id": result.custom_id, "status": result.status}
             if result.decision is not None:

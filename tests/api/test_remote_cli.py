@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import subprocess
 import sys
@@ -58,6 +60,14 @@ def test_batch_with_progress_then_results(open_server, tmp_path):
     lines = [json.loads(line) for line in results.stdout.splitlines()]
     assert [line["custom_id"] for line in lines] == [f"t{i}" for i in range(12)]
     assert all("noul" in line["result"]["answers"]["q1"] for line in lines)
+    as_csv = decide("results", batch["id"], "--csv", "--url", open_server.url)
+    assert as_csv.returncode == 0, as_csv.stderr
+    rows = list(csv.reader(io.StringIO(as_csv.stdout, newline="")))
+    assert rows[0][0] == "custom_id" and [row[0] for row in rows[1:]] == [
+        f"t{i}" for i in range(12)]
+    missing = decide("results", "batch_missing", "--csv", "--url", open_server.url)
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.stderr.startswith("decide: not_found_error: ")
 
 
 def test_status_shows_lanes_and_workers(open_server):
