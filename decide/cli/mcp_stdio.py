@@ -47,17 +47,19 @@ class RemoteTools:
         self.client = client
 
     async def decide(self, body: dict[str, Any], priority: str) -> dict[str, Any]:
+        """``POST /v1/systemone`` with the checked arguments as its whole body: its top-level
+        ``x_`` fields (``x_priority``, which ``priority`` was read from, and any other) reach
+        the service as they would over HTTP."""
         try:
-            decision = await self.client.decide(body["state"], body["questions"],
-                                                model=body.get("model"), priority=priority)
+            answer, _ = await self.client._call("POST", "/v1/systemone", json_body=body)
         except APIError as error:
             raise refused(error) from error
-        return decision.raw
+        return answer
 
     async def rerank(self, body: dict[str, Any]) -> dict[str, Any]:
-        """``POST /v1/rerank``. It and ``submit_job`` send the arguments as they are (the
-        client's own calls would drop fields it does not know, like ``x_webhook``) through the
-        client's ``_call``, for the retries and the typed errors every call has."""
+        """``POST /v1/rerank``. It, ``decide`` and ``submit_job`` send the arguments as they
+        are (the client's own calls would drop fields it does not know, like ``x_webhook``)
+        through the client's ``_call``, for the retries and the typed errors every call has."""
         try:
             answer, _ = await self.client._call("POST", "/v1/rerank", json_body=body)
         except APIError as error:

@@ -39,6 +39,12 @@ QUESTIONS = {
 RERANK = {"query": "a refund for a double charge", "top_n": 2,
           "documents": ["I was charged twice, please refund one.", "The app crashes at login.",
                         "Can I change my delivery address?"]}
+MARKED = {"state": "Query: a refund", "x_rerank": {"instructions": "Relevant?"},
+          "x_priority": "foreground",
+          "questions": {"0": {"type": "noul",
+                              "instructions": "Document: I was charged twice.\n\nRelevant?"}}}
+"""A ``decide`` body with top-level ``x_`` fields: ``x_rerank`` makes its job a rerank's, read
+back by ``GET /v1/rerank/{id}`` only if the tool sent it."""
 BAD = {"state": TICKET, "questions": {"q": {"type": "choice", "instructions": "Which?",
                                             "criteria": ["only one"]}}}
 
@@ -164,9 +170,19 @@ def test_an_unkeyed_or_wrongly_keyed_http_call_is_refused(server):
 
 
 def test_over_stdio_through_the_service(server, served):
-    answers = run(lambda: over_stdio("--url", server.url, key=ALPHA), every_tool)
+    async def with_x_fields(session: ClientSession) -> dict[str, Any]:
+        answers = await every_tool(session)
+        marked = await session.call_tool("decide", MARKED)
+        assert not marked.is_error, marked.content
+        return {**answers, "marked": marked.structured_content}
+
+    answers = run(lambda: over_stdio("--url", server.url, key=ALPHA), with_x_fields)
     check(answers, served)
     assert owned_by_alpha(server, answers["submit_job"]["id"])
+    with server.client(ALPHA) as client:  # the whole body was sent, x_rerank included
+        reread = client.get(f"/v1/rerank/{answers['marked']['x_job_id']}")
+    assert reread.status_code == 200, reread.text
+    assert [result["index"] for result in reread.json()["results"]] == [0]
 
 
 def test_over_stdio_through_the_service_without_a_key_is_a_tool_error(server):
