@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -21,7 +24,7 @@ from decide.api.schemas import (
     request_body,
     responses,
 )
-from decide.api.submit import accept, checked_priority
+from decide.api.submit import Accepted, accept, checked_priority
 from decide.api.views import job_view, sync_response
 from decide.api.waiting import wait_finished
 from decide.api.webhook_fields import async_webhook, shown, with_signing_secret
@@ -67,19 +70,25 @@ async def wait_while_connected(ctx: ApiContext, request: Request, job_id: str,
     return True, waiting.result()
 
 
-@router.post("/v1/systemone", openapi_extra=request_body(SystemOneRequest),
-             responses=responses({200: SystemOneResponse, 202: JobSchema}))
-async def system_one(request: Request, ctx: Context, owner: Owner) -> JSONResponse:
-    body = await read_json(request)
-    priority = "foreground"
-    if isinstance(body, dict) and "x_priority" in body:
-        priority = checked_priority(body["x_priority"], "x_priority")
+@dataclass(frozen=True)
+class Waited:
+    """A call that waited: its job, finished or as it stood at the sync wait's end, and the
+    headers its answer carries (``X-Job-Id``, the key's rate window)."""
+
+    job: jobs.JobRecord
+    headers: dict[str, str]
+
+
+async def submitted(request: Request, ctx: ApiContext, owner: str, body: Any,
+                    submit: Callable[[bool, str | None], Accepted]) -> Response | Waited:
+    """A call that makes one job (``POST /v1/systemone``, ``POST /v1/rerank``), answered the
+    two ways: with ``Prefer: respond-async`` a 202 with the job, its finish announced to the
+    key's webhooks and to the body's ``x_webhook``; otherwise the job waited for (``Waited``),
+    or a 499 once its caller has gone. ``submit(waits, url)`` stores the job."""
     waits = "respond-async" not in request.headers.get("prefer", "").lower()
     url = await run_in_threadpool(async_webhook, ctx, body, waits)
-    accepted, secret = await run_in_threadpool(
-        with_signing_secret, ctx, owner, url,
-        lambda: accept(ctx, owner=owner, body=body, priority=priority, sync_call=waits,
-                       notify=not waits, webhook_url=url))
+    accepted, secret = await run_in_threadpool(with_signing_secret, ctx, owner, url,
+                                               lambda: submit(waits, url))
     job = accepted.job
     headers = {"X-Job-Id": job.id, **(accepted.rate.headers() if accepted.rate else {})}
     if not waits:
@@ -89,7 +98,22 @@ async def system_one(request: Request, ctx: Context, owner: Owner) -> JSONRespon
     connected, finished = await wait_while_connected(ctx, request, job.id, owner)
     if not connected:  # the caller went away; nobody reads this
         return Response(status_code=499)
-    job = finished or job
+    return Waited(finished or job, headers)
+
+
+@router.post("/v1/systemone", openapi_extra=request_body(SystemOneRequest),
+             responses=responses({200: SystemOneResponse, 202: JobSchema}))
+async def system_one(request: Request, ctx: Context, owner: Owner) -> Response:
+    body = await read_json(request)
+    priority = "foreground"
+    if isinstance(body, dict) and "x_priority" in body:
+        priority = checked_priority(body["x_priority"], "x_priority")
+    answered = await submitted(request, ctx, owner, body, lambda waits, url: accept(
+        ctx, owner=owner, body=body, priority=priority, sync_call=waits, notify=not waits,
+        webhook_url=url))
+    if isinstance(answered, Response):
+        return answered
+    job, headers = answered.job, answered.headers
     if job.status == jobs.SUCCEEDED:
         return JSONResponse(sync_response(job), headers=headers)
     if not job.finished:

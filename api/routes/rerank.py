@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from decide.api.body import read_json
 from decide.api.errors import not_found
 from decide.api.rerank import owned_rerank, rerank_answer, submit_rerank
-from decide.api.routes.decisions import wait_while_connected
+from decide.api.routes.decisions import submitted
 from decide.api.routes.deps import Context, Owner
 from decide.api.schemas import (
     JobSchema,
@@ -26,7 +26,6 @@ from decide.api.schemas import (
 )
 from decide.api.views import job_view
 from decide.api.waiting import wait_finished
-from decide.api.webhook_fields import async_webhook, shown, with_signing_secret
 from decide.core.protocol import MAX_WAIT_SECONDS
 from decide.core.rerank import parse_rerank
 
@@ -37,23 +36,13 @@ async def _rerank(request: Request, ctx: Context, owner: Owner) -> Response:
     body = await read_json(request)
     # checked in a worker thread: walking a 32 MiB body would hold every other request
     request_model = await run_in_threadpool(parse_rerank, body)
-    waits = "respond-async" not in request.headers.get("prefer", "").lower()
-    url = await run_in_threadpool(async_webhook, ctx, body, waits)
-    accepted, secret = await run_in_threadpool(
-        with_signing_secret, ctx, owner, url,
-        lambda: submit_rerank(ctx, owner=owner, request=request_model, sync_call=waits,
-                              notify=not waits, webhook_url=url))
-    job = accepted.job
-    headers = {"X-Job-Id": job.id, **(accepted.rate.headers() if accepted.rate else {})}
-    if not waits:  # announced to the key's webhooks, and to x_webhook, as POST /v1/jobs is
-        return JSONResponse({**job_view(job), **shown(job.webhook_url, secret)},
-                            status_code=202,
-                            headers={**headers, "Location": f"/v1/jobs/{job.id}"})
-    connected, finished = await wait_while_connected(ctx, request, job.id, owner)
-    if not connected:  # the caller went away; nobody reads this
-        return Response(status_code=499)
-    answer = rerank_answer(finished or job, request_model, ctx.settings.sync_wait_seconds)
-    return JSONResponse(answer, headers=headers)
+    answered = await submitted(request, ctx, owner, body, lambda waits, url: submit_rerank(
+        ctx, owner=owner, request=request_model, sync_call=waits, notify=not waits,
+        webhook_url=url))
+    if isinstance(answered, Response):
+        return answered
+    answer = rerank_answer(answered.job, request_model, ctx.settings.sync_wait_seconds)
+    return JSONResponse(answer, headers=answered.headers)
 
 
 async def _read_rerank(request: Request, job_id: str, ctx: Context, owner: Owner,
