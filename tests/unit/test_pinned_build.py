@@ -10,21 +10,11 @@ import pytest
 from decide.api.views import job_view
 from decide.core.engine import Decision
 from decide.runner import variants
-from decide.runner.variants import BuildUnavailable, Variant, candidates
+from decide.runner.variants import BuildUnavailable, candidates
 from decide.store.jobs import JobRecord
 
 FLAGS = frozenset({"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512dq",
                    "avx512vl", "avx512cd", "avx512vbmi", "avx512_vnni"})
-
-
-@pytest.fixture
-def faster(tmp_path, monkeypatch):
-    """A faster build of this test's own, passed in as the installation's faster builds."""
-    library = tmp_path / "x86-64-v4"
-    library.mkdir()
-    (library / "libllama.so").write_bytes(b"")
-    monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
-    return Variant("x86-64-v4", library, variants.X86_64_V4.needs)
 
 
 def test_a_pinned_build_is_the_only_candidate_with_no_fallback(faster):

@@ -15,21 +15,10 @@ from decide.llm.threads import apply_wait_policy
 from decide.runner import variants
 from decide.runner.crashes import describe_exit
 from decide.runner.probe import ProbeFailed, check_values, probe_values
-from decide.runner.variants import Variant, candidates, proven_variant, record_proof
+from decide.runner.variants import candidates, proven_variant, record_proof
 
 FLAGS = frozenset({"avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512dq",
                    "avx512vl", "avx512cd", "avx512vbmi", "avx512_vnni"})
-
-
-@pytest.fixture
-def faster(tmp_path, monkeypatch):
-    """A faster build of this test's own, passed in as the installation's faster builds."""
-    library = tmp_path / "x86-64-v4"
-    library.mkdir()
-    (library / "libllama.so").write_bytes(b"")
-    variant = Variant("x86-64-v4", library, variants.X86_64_V4.needs)
-    monkeypatch.delenv("LLAMA_CPP_LIB_PATH", raising=False)
-    return variant
 
 
 def test_the_faster_build_is_tried_first_only_where_the_kernel_reports_its_extensions(faster):
