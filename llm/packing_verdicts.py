@@ -19,6 +19,9 @@ import platform
 from pathlib import Path
 
 VERDICTS_FILE = "packing-checks.json"
+PLAN = "2: a piece over 48 tokens alone in its round"
+"""The packed plan the check reads (``llm.packing``), part of every key: a verdict found under
+an earlier plan is not taken for this one."""
 KEPT = 64
 """Verdicts kept in the file (the newest): one per build, CPU, model file and thread count."""
 
@@ -44,9 +47,10 @@ def _files(folder: Path) -> list[str]:
         return []
 
 
-def verdict_key(*, library: Path, model: Path, threads: int, flags: str) -> str:
-    """What a verdict holds for: the build's library files, the model file, the threads and
-    the CPU (its architecture and flags)."""
+def verdict_key(*, library: Path, model: Path, threads: int, flags: str,
+                plan: str = PLAN) -> str:
+    """What a verdict holds for: the build's library files, the model file, the threads, the
+    CPU (its architecture and flags) and the plan checked (this one: ``PLAN``)."""
     model_file = model.resolve()
     try:
         status = model_file.stat()
@@ -54,7 +58,7 @@ def verdict_key(*, library: Path, model: Path, threads: int, flags: str) -> str:
     except OSError:
         model_part = str(model_file)
     material = "\n".join([str(library.resolve()), *_files(library), model_part,
-                          f"threads={threads}", platform.machine(), flags])
+                          f"threads={threads}", platform.machine(), flags, plan])
     return hashlib.sha256(material.encode()).hexdigest()[:24]
 
 

@@ -10,8 +10,9 @@ position 0, alone; a request over the same state skips it.
   question piece once and its options as a trie (each distinct proper prefix of an option
   once), in sequences copied from the prefix's, in batches of at most 48 tokens that follow a
   batching rule under which llama.cpp computes every token the same way whatever else its
-  batch holds; the logits are read at each piece's last token and at each trie token, and the
-  round's sequences are removed again.
+  batch holds (a piece over 48 tokens: alone, in one batch, in a round of its own); the logits
+  are read at each piece's last token and at each trie token, and the round's sequences are
+  removed again.
 * Option rows on a GPU (the rule is the CPU backend's): each question piece is decoded alone
   on top of the prefix (and kept for the next option of the same question), then each option's
   own tokens alone on top of the piece.
@@ -43,9 +44,9 @@ from decide.llm.log_softmax import LogSoftmax
 from decide.llm.packing import (
     GROUP,
     Rows,
-    batches,
     output_rows_grouped,
     packing_check_rows,
+    round_batches,
     round_items,
     rounds,
     split_row,
@@ -234,7 +235,9 @@ class LlamaReader:
         try:
             for seq in range(1, 1 + used):
                 llama_cpp.llama_memory_seq_cp(memory, 0, seq, 0, start)
-            for batch in batches(items, grouped_outputs=self._grouped_outputs):
+            for batch in round_batches(items, piece=len(split[members[0]][0]),
+                                       grouped_outputs=self._grouped_outputs,
+                                       limit=context.batch_size):
                 count = len(batch.items) + batch.pads
                 for index, item in enumerate(batch.items):
                     context.tokens[index] = item.token

@@ -10,7 +10,7 @@ import pytest
 import decide.llm.reader as reader_module
 from decide.core.protocol import parse_request
 from decide.llm.llama_context import LlamaContext
-from decide.llm.packing import GROUP, UBATCH, rounds, split_row
+from decide.llm.packing import GROUP, LONG_PIECE, UBATCH, rounds, split_row
 
 pytestmark = pytest.mark.model
 
@@ -137,6 +137,68 @@ def test_option_rows_are_read_in_few_batches_that_keep_the_rule(default_engine, 
     assert all(count % GROUP == 0 and count <= UBATCH for count, _ in seen)
     assert all(outputs != 1 for _, outputs in seen)
     assert len(seen) <= -(-real_tokens // UBATCH) + len(cut)
+
+
+POLICY = ("Duplicate charges on one order are refunded in full within five working days, "
+          "once the bank confirms both payments. ")
+
+
+def long_noul(sentences: int) -> dict:
+    """A noul whose question piece is long: a document to judge, as a rerank asks."""
+    return {"type": "noul", "instructions": f"Document: {POLICY * sentences}\n"
+                                            "Does the document answer the customer?"}
+
+
+def rows_of_question(loaded, questions: dict, wanted: str, *, priors: bool = False):
+    request = parse_request({"state": TICKET, "questions": questions})
+    plan = loaded.engine.plan(request)
+    prefix, rows = (plan.prior_prefix, plan.prior_rows) if priors else (plan.prefix, plan.rows)
+    return prefix, list(rows), [index for index, row in enumerate(rows)
+                                if row.question_id == wanted]
+
+
+@pytest.mark.parametrize("priors", [False, True], ids=["over the state", "priors"])
+def test_a_long_question_piece_reads_the_same_bits_alone_or_in_any_company(default_engine,
+                                                                           priors):
+    """A question piece over LONG_PIECE tokens is decoded alone in one batch, in a round of its
+    own: its rows read the same bits alone, among short and other long questions, backwards,
+    and after a longer piece has filled (and left) more of the cache."""
+    reader = default_engine.reader
+    prefix, rows, mine = rows_of_question(default_engine, {"d": long_noul(6)}, "d",
+                                          priors=priors)
+    assert len(split_row(rows[0].suffix, rows[0].continuation)[0]) > LONG_PIECE
+    alone = reader.read(prefix, rows)
+    company = {"a": REFUND, "longer": long_noul(14), "d": long_noul(6), "z": choice(TEAMS[:20]),
+               "other": long_noul(3)}
+    prefix, rows, mine = rows_of_question(default_engine, company, "d", priors=priors)
+    together = reader.read(prefix, rows)
+    backwards = reader.read(prefix, rows[::-1])[::-1]
+    assert [together[index] for index in mine] == alone
+    assert [backwards[index] for index in mine] == alone
+    assert answer(default_engine, {"d": long_noul(6)}, "d") == answer(default_engine, company,
+                                                                     "d")
+
+
+def test_a_long_question_piece_is_one_batch(default_engine, monkeypatch):
+    """The long piece is one llama_decode of its tokens asking for one row of logits (not
+    48-token batches), and the request's short questions stay packed by the rule."""
+    prefix, rows, mine = rows_of_question(default_engine, {"d": long_noul(6), "a": REFUND},
+                                          "d")
+    reader = default_engine.reader
+    reader.read(prefix, rows[:1])  # the state is cached now
+    seen = []
+    real = LlamaContext.decode
+
+    def counting(context, count):
+        seen.append((count, int(context.wants_logits[:count].sum())))
+        return real(context, count)
+
+    monkeypatch.setattr(LlamaContext, "decode", counting)
+    reader.read(prefix, rows)
+    piece = len(split_row(rows[mine[0]].suffix, rows[mine[0]].continuation)[0])
+    assert seen[0] == (piece, 1)
+    assert all(count % GROUP == 0 and count <= UBATCH and outputs != 1
+               for count, outputs in seen[1:])
 
 
 def test_this_host_keeps_the_batching_rule(default_engine):

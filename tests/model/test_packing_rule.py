@@ -7,11 +7,13 @@ import struct
 
 from decide.llm.packing import (
     GROUP,
+    LONG_PIECE,
     ROW_SAFE_TYPES,
     UBATCH,
     Item,
     batches,
     output_rows_grouped,
+    round_batches,
     round_items,
     rounds,
     split_row,
@@ -92,6 +94,35 @@ def test_rounds_respect_sequences_tokens_and_cells_and_reread_a_split_piece():
     assert len(rounds(rows, seqs=100, tokens=100, cells=12)) > 1
     # one row over every budget still makes a round of its own
     assert rounds([((1,) * 50, (2, 3))], seqs=2, tokens=10, cells=10) == [[0]]
+
+
+LONG = tuple(range(100, 100 + LONG_PIECE + 1))
+"""A question piece one token over ``LONG_PIECE``: a reranked document's."""
+
+
+def test_a_long_piece_makes_a_round_of_its_own_with_its_options():
+    rows = [(PIECE_A, (1,)), (LONG, (2,)), (LONG, (3, 4)), (LONG[1:], (5,)),
+            (PIECE_B, (6,)), (PIECE_B, (7,)), (LONG, (8,))]
+    assert rounds(rows, seqs=100, cells=1000) == [[0], [1, 2], [3, 4, 5], [6]]
+    # the piece of exactly LONG_PIECE tokens (LONG[1:]) still packs with its neighbours
+    assert rounds(rows[:1] + rows[3:6], seqs=100, cells=1000) == [[0, 1, 2, 3]]
+
+
+def test_a_long_piece_is_decoded_alone_in_one_batch_then_its_options_trie():
+    rows = [(LONG, (2,)), (LONG, (3, 4)), (LONG, (3, 5, 6))]
+    items, _ = round_items(rows, [0, 1, 2], start=7, first_seq=1)
+    for grouped in (False, True):
+        first, *rest = round_batches(items, piece=len(LONG), grouped_outputs=grouped, limit=512)
+        assert [item.token for item in first.items] == list(LONG) and first.pads == 0
+        assert first.outputs == (False,) * (len(LONG) - 1) + (True,)  # its last token only
+        assert [item.token for batch in rest for item in batch.items] == [3, 5]  # the trie
+        assert rest == batches(items[len(LONG):], grouped_outputs=grouped)
+    chunks = round_batches(items, piece=len(LONG), grouped_outputs=False, limit=20)
+    assert [len(batch.items) for batch in chunks[:3]] == [20, 20, len(LONG) - 40]
+    assert [sum(batch.outputs) for batch in chunks[:3]] == [0, 0, 1]
+    short, _ = round_items([(PIECE_A, (1,)), (PIECE_B, (2,))], [0, 1], start=0, first_seq=1)
+    assert round_batches(short, piece=len(PIECE_A), grouped_outputs=True, limit=512) == \
+        batches(short, grouped_outputs=True)
 
 
 def write_gguf(path, tensors: dict[str, int], *, blocks: int = 2) -> None:

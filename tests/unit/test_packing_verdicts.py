@@ -42,6 +42,11 @@ def test_another_build_cpu_model_or_thread_count_is_checked_afresh(tmp_path, par
         assert PackingVerdicts(tmp_path, verdict_key(**changed)).known() is None, changed
 
 
+def test_a_verdict_found_for_an_earlier_plan_is_checked_afresh(tmp_path, parts):
+    PackingVerdicts(tmp_path, verdict_key(**parts, plan="1: every piece in 48s")).record(True)
+    assert PackingVerdicts(tmp_path, verdict_key(**parts)).known() is None
+
+
 def test_a_rebuilt_library_or_a_replaced_model_file_is_checked_afresh(tmp_path, parts):
     key = verdict_key(**parts)
     PackingVerdicts(tmp_path, key).record(True)
