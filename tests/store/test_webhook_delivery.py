@@ -233,6 +233,30 @@ def test_a_slow_receiver_holds_a_try_no_longer_than_its_timeout(mode):
     assert not sent.final
 
 
+def test_a_resolver_that_never_answers_fails_the_try_at_its_deadline():
+    """The name's lookup is part of the try: a dead DNS server (a lookup that hangs) fails
+    the try once its timeout has passed, to be tried again later, instead of holding the
+    delivery loop for the resolver's own timeouts."""
+    release = threading.Event()
+
+    def hanging(host: str, port: int) -> list[str]:
+        release.wait(30)
+        return ["127.0.0.1"]
+
+    sender = Sender(LOOPBACK, 1.0, resolve=hanging)
+    try:
+        started = time.monotonic()
+        sent = sender.send("http://hooks.example/in", webhooks.new_secret(), "msg_1", "{}")
+        took = time.monotonic() - started
+    finally:
+        release.set()
+        sender.close()
+    assert sent.outcome.status_code is None and not sent.final
+    assert sent.outcome.error == ("cannot resolve the host: no answer from the resolver "
+                                  "within 1 s")
+    assert 0.9 < took < 2.0
+
+
 def test_no_connection_is_kept_alive_for_another_host_at_the_same_address():
     sender = Sender(LOOPBACK, 1.0)
     pool = sender._client._transport._pool  # type: ignore[attr-defined]
