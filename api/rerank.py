@@ -18,6 +18,7 @@ from decide.api.context import ApiContext
 from decide.api.errors import ApiError, invalid, not_found
 from decide.api.submit import Accepted, accept
 from decide.api.waiting import wait_finished
+from decide.core.doc_cut import cut_to_tokens
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.core.protocol import FOREGROUND
 from decide.core.rerank import (
@@ -77,12 +78,18 @@ def _located(invalid: InvalidRequest) -> InvalidRequest:
 def submit_rerank(ctx: ApiContext, *, owner: str, request: RerankRequest, sync_call: bool,
                   notify: bool = False, webhook_url: str | None = None) -> Accepted:
     """Store and queue a rerank's decision job in the foreground lane (runs in a worker
-    thread: it tokenizes). Errors name the rerank's fields, a document by its index.
+    thread: it tokenizes; documents over ``max_tokens_per_doc`` are cut here, with the model's
+    tokenizer). Errors name the rerank's fields, a document by its index.
     ``notify``: its finish is announced to the key's webhook endpoints (a job submitted to be
     polled, ``Prefer: respond-async``), and to ``webhook_url`` when given."""
     question, taught = relevance_question(ctx, owner, request)
+    documents = None
+    if request.max_tokens_per_doc is not None:
+        count = ctx.planners[ctx.model(request.model).name].count_tokens
+        documents = tuple(cut_to_tokens(document, request.max_tokens_per_doc, count)
+                          for document in request.documents)
     try:
-        return accept(ctx, owner=owner, body=decision_body(request, question, taught),
+        return accept(ctx, owner=owner, body=decision_body(request, question, taught, documents),
                       priority=FOREGROUND, sync_call=sync_call, notify=notify,
                       webhook_url=webhook_url)
     except InvalidRequest as invalid:

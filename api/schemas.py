@@ -254,6 +254,9 @@ class RerankRequestSchema(_Open):
         min_length=1, max_length=1000, description="strings or {\"text\"} objects")
     top_n: Annotated[int, Field(ge=1)] | None = Field(None, description="keep the best n")
     return_documents: bool = False
+    max_tokens_per_doc: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="cut each document to its first n tokens, at a word's end "
+                          "(default: never cut)")
     x_question: Annotated[str, Field(pattern="^tq_.")] | RerankQuestion | None = Field(
         None, description="the relevance question: a taught question's id or a noul "
                           "(default: does the document answer or help with the query)")

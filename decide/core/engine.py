@@ -203,6 +203,11 @@ class DecisionEngine:
         """The most tokens one row may hold: the row limit or the context window."""
         return min(self.limits.max_row_tokens, self.context_window)
 
+    def count_tokens(self, text: str) -> int:
+        """The tokens of ``text`` alone in this model's vocabulary (no BOS), outside any
+        request's limits: what a rerank's ``max_tokens_per_doc`` counts."""
+        return len(self._tokenizer.tokenize(text))
+
     def plan(self, request: DecisionRequest) -> RowPlan:
         """Rows and tokens of a request; raises ``RequestTooLarge`` over any limit, found
         before the state is all rendered or a text all tokenized when it is far over."""

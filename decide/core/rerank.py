@@ -59,6 +59,9 @@ class RerankRequest:
     return_documents: bool = False
     question: dict[str, Any] | None = None
     taught: str | None = None
+    max_tokens_per_doc: int | None = None
+    """Cohere's: a document over this many tokens is cut (``decide.core.doc_cut``) before it
+    is read; None: never cut (a document over the row limit is a 413)."""
 
 
 def _documents(raw: Any, errors: Collector) -> tuple[str, ...]:
@@ -86,11 +89,12 @@ def _documents(raw: Any, errors: Collector) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _top_n(raw: Any, errors: Collector) -> int | None:
+def _whole(raw: Any, field: str, errors: Collector) -> int | None:
+    """A field that is a whole number of 1 or more, or null."""
     if raw is None:
         return None
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-        errors.add(("top_n",), f"top_n must be a whole number of 1 or more, or null; not "
+        errors.add((field,), f"{field} must be a whole number of 1 or more, or null; not "
                    f"{raw!r}", "int_type")
         return None
     return raw
@@ -146,7 +150,8 @@ def parse_rerank(body: Any) -> RerankRequest:
                    f"{json_kind(query) if not isinstance(query, str) else 'a blank one'}",
                    "missing" if query is None else "string_type")
     documents = _documents(body.get("documents"), errors)
-    top_n = _top_n(body.get("top_n"), errors)
+    top_n = _whole(body.get("top_n"), "top_n", errors)
+    max_tokens = _whole(body.get("max_tokens_per_doc"), "max_tokens_per_doc", errors)
     returned = body.get("return_documents", False)
     if returned is not None and not isinstance(returned, bool):
         errors.add(("return_documents",), f"return_documents must be true or false, not "
@@ -155,7 +160,8 @@ def parse_rerank(body: Any) -> RerankRequest:
     if errors.errors:
         raise InvalidRequest(errors=errors.errors)
     return RerankRequest(query=query, documents=documents, model=model, top_n=top_n,
-                         return_documents=bool(returned), question=question, taught=taught)
+                         return_documents=bool(returned), question=question, taught=taught,
+                         max_tokens_per_doc=max_tokens)
 
 
 def _one(problem: str) -> list[Any]:
@@ -181,10 +187,14 @@ def document_instructions(document: str, instructions: str) -> str:
 
 
 def decision_body(request: RerankRequest, question: dict[str, Any] | None = None,
-                  taught: str | None = None) -> dict[str, Any]:
+                  taught: str | None = None,
+                  documents: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The System One body a rerank is decoded as: the query as the state, one noul per
     document keyed by its index. ``question``: the relevance question's wire object (the
-    default one when None); ``taught``: the taught question that answers each document."""
+    default one when None); ``taught``: the taught question that answers each document;
+    ``documents``: the texts read (the request's documents cut to ``max_tokens_per_doc``),
+    when not the request's own."""
+    documents = request.documents if documents is None else documents
     question = question or {"type": "noul", "instructions": RELEVANCE_QUESTION}
     parsed = parse_question("q", question, Collector())
     assert isinstance(parsed, NoulQuestion)  # checked by parse_rerank or a taught question
@@ -196,24 +206,33 @@ def decision_body(request: RerankRequest, question: dict[str, Any] | None = None
             "questions": {str(index): {"type": "noul", **base,
                                        "instructions": document_instructions(document,
                                                                              instructions)}
-                          for index, document in enumerate(request.documents)},
-            RERANK_FIELD: _mark(request, instructions)}
+                          for index, document in enumerate(documents)},
+            RERANK_FIELD: _mark(request, instructions, documents)}
 
 
-def _mark(request: RerankRequest, instructions: str) -> dict[str, Any]:
+def _mark(request: RerankRequest, instructions: str,
+          documents: tuple[str, ...]) -> dict[str, Any]:
     """The rerank mark: what ``GET /v1/rerank/{id}`` needs beyond the documents to answer the
-    ranking asked for (left out when the default, so a plain rerank stores only its question)."""
+    ranking asked for (left out when the default, so a plain rerank stores only its question):
+    ``top_n``, ``return_documents``, and ``max_tokens_per_doc`` with the whole text of each
+    document it cut (``uncut``, by index: the text a ranking echoes)."""
     mark: dict[str, Any] = {"instructions": instructions}
     if request.top_n is not None:
         mark["top_n"] = request.top_n
     if request.return_documents:
         mark["return_documents"] = True
+    if request.max_tokens_per_doc is not None:
+        mark["max_tokens_per_doc"] = request.max_tokens_per_doc
+        mark["uncut"] = {str(index): whole for index, (whole, read)
+                         in enumerate(zip(request.documents, documents, strict=True))
+                         if whole != read}
     return mark
 
 
 def stored_rerank(stored: dict[str, Any] | None) -> RerankRequest | None:
     """The rerank a job's stored System One body was decoded for: its documents (read back from
-    its questions, keyed by index), ``top_n`` and ``return_documents`` (None: no rerank)."""
+    its questions, keyed by index, whole where ``max_tokens_per_doc`` cut them), ``top_n``
+    and ``return_documents`` (None: no rerank)."""
     stored = stored or {}
     mark, questions = stored.get(RERANK_FIELD), stored.get("questions")
     instructions = mark.get("instructions") if isinstance(mark, dict) else None
@@ -229,6 +248,12 @@ def stored_rerank(stored: dict[str, Any] | None) -> RerankRequest | None:
                 and len(text) >= len(DOCUMENT_HEAD) + len(tail)):
             return None
         documents.append(text[len(DOCUMENT_HEAD):len(text) - len(tail)])
+    uncut = mark.get("uncut")
+    if isinstance(uncut, dict):
+        for index, whole_text in ((int(key), text) for key, text in uncut.items()
+                                  if key.isdigit() and isinstance(text, str)):
+            if index < len(documents):
+                documents[index] = whole_text
     top_n, state = mark.get("top_n"), stored.get("state")
     whole = isinstance(top_n, int) and not isinstance(top_n, bool) and top_n > 0
     return RerankRequest(query=state.removeprefix(QUERY_HEAD) if isinstance(state, str) else "",

@@ -6,6 +6,10 @@ from __future__ import annotations
 import cohere
 import pytest
 
+from decide.config.settings import Settings
+from decide.core.doc_cut import cut_to_tokens
+from decide.llm.catalog import load_catalog
+from decide.llm.engines import load_planner
 from tests.api.conftest import Server
 
 pytestmark = pytest.mark.model
@@ -47,6 +51,27 @@ def test_cohere_client_reranks_unchanged(server):
     by_index = {result["index"]: result["relevance_score"] for result in whole["results"]}
     assert by_index == {int(key): answer["noul"]
                         for key, answer in job["result"]["answers"].items()}
+
+
+def test_cohere_clients_max_tokens_per_doc_cuts_each_document(server):
+    """The client's ``max_tokens_per_doc`` reaches the service: a document is read cut to its
+    first tokens (its score then that of the cut text sent as it is)."""
+    client = cohere.ClientV2(base_url=server.url, api_key=KEY, timeout=120)
+    response = client.rerank(model="gemma-3-270m", query=QUERY, documents=DOCUMENTS[1:2],
+                             max_tokens_per_doc=8)
+    (result,) = response.results
+    settings = Settings()
+    planner = load_planner(load_catalog(settings).get(None), settings)  # its vocabulary alone
+    try:
+        cut = cut_to_tokens(DOCUMENTS[1], 8, planner.engine.count_tokens)
+    finally:
+        planner.close()
+    assert DOCUMENTS[1].startswith(cut) and 2 < len(cut.split()) < len(DOCUMENTS[1].split())
+    with server.client(KEY) as http:
+        sent_cut = http.post("/v1/rerank", json={"model": "gemma-3-270m", "query": QUERY,
+                                                 "documents": [cut, DOCUMENTS[1]]}).json()
+    scores = {item["index"]: item["relevance_score"] for item in sent_cut["results"]}
+    assert scores[0] == result.relevance_score != scores[1]
 
 
 def test_cohere_client_sees_a_wrong_key_and_a_bad_request(server):

@@ -359,6 +359,33 @@ def test_an_async_rerank_is_read_back_in_cohere_shape(marked):
     assert marked.client.get(f"/v2/rerank/{job['id']}").json() == body
 
 
+def test_max_tokens_per_doc_cuts_a_document_before_it_is_read(marked, tokenizer):
+    """Cohere's ``max_tokens_per_doc``: a document over the limit (the model's tokens) is read
+    cut to whole words, so apples past the cut count for nothing; the ranking echoes the
+    document whole, sync and read back from an async job."""
+    long_one = "pears and plums " * 12 + "apple apple apple"
+    documents = [long_one, "one apple"]
+    assert len(tokenizer.tokenize(long_one)) > 36
+    whole = marked.client.post("/v1/rerank", json={"query": QUERY, "documents": documents})
+    assert [result["index"] for result in whole.json()["results"]] == [0, 1]
+    cut = {"query": QUERY, "documents": documents, "max_tokens_per_doc": 20,
+           "return_documents": True}
+    response = marked.client.post("/v1/rerank", json=cut)
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [(result["index"], result["document"]["text"]) for result in results] == [
+        (1, "one apple"), (0, long_one)]
+    job = marked.client.post("/v1/rerank", headers={"Prefer": "respond-async"}, json=cut).json()
+    read_back = marked.client.get(f"/v1/rerank/{job['id']}?wait=30")
+    assert read_back.json()["results"] == results
+    stored = job_reads.get_job(marked.db, job["id"], with_request=True).request
+    read = stored["questions"]["0"]["instructions"]
+    assert "apple" not in read and read.startswith("Document: pears and plums")
+    assert len(tokenizer.tokenize(read.split("\n\n")[0].removeprefix("Document: "))) <= 20
+    assert marked.client.post("/v1/rerank", json={**cut, "max_tokens_per_doc": 0}).json()[
+        "detail"][0]["loc"] == ["body", "max_tokens_per_doc"]
+
+
 def test_only_the_callers_own_rerank_job_is_read_back(front_door):
     alpha, beta = front_door.keyed("key-alpha"), front_door.keyed("key-beta")
     front_door.worker.holding = True

@@ -90,6 +90,26 @@ def test_a_stored_rerank_reads_back_its_documents_top_n_and_return_documents():
     assert back is not None and (back.top_n, back.return_documents) == (None, False)
 
 
+def test_max_tokens_per_doc_cuts_what_is_read_and_the_whole_is_read_back():
+    request = parse_rerank({"query": "q", "documents": ["short", "a long document"],
+                            "max_tokens_per_doc": 2, "return_documents": True})
+    assert request.max_tokens_per_doc == 2
+    body = decision_body(request, documents=("short", "a long"))
+    assert body["questions"]["1"]["instructions"] == f"Document: a long\n\n{RELEVANCE_QUESTION}"
+    assert body["x_rerank"] == {"instructions": RELEVANCE_QUESTION, "return_documents": True,
+                                "max_tokens_per_doc": 2, "uncut": {"1": "a long document"}}
+    back = stored_rerank(body)
+    assert back is not None and back.documents == ("short", "a long document")
+    for bad in (0, -3, 1.5, "2", True):
+        with pytest.raises(InvalidRequest) as raised:
+            parse_rerank({"query": "q", "documents": ["d"], "max_tokens_per_doc": bad})
+        assert [error.loc for error in raised.value.errors] == [("max_tokens_per_doc",)]
+        assert "max_tokens_per_doc must be a whole number of 1 or more" in \
+            raised.value.errors[0].msg
+    assert parse_rerank({"query": "q", "documents": ["d"],
+                         "max_tokens_per_doc": None}).max_tokens_per_doc is None
+
+
 @pytest.mark.parametrize("stored", [
     None, {"state": "s", "questions": {"0": {"type": "noul", "instructions": "x"}}},
     {"x_rerank": {"instructions": "I"}, "questions": {"0": {"type": "noul",
