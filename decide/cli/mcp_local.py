@@ -24,6 +24,7 @@ from decide.api.errors import invalid
 from decide.api.mcp_server import ToolFailure
 from decide.api.views import timestamp
 from decide.config.settings import Settings
+from decide.core.doc_cut import cut_to_tokens
 from decide.core.errors import ConfigError, DecideError
 from decide.core.protocol import DecisionRequest, parse_request
 from decide.core.rerank import decision_body, parse_rerank, rerank_response
@@ -91,10 +92,10 @@ class LocalTools:
         for loaded in self._loaded.values():
             loaded.close()
 
-    def _engine(self, request: DecisionRequest) -> Any:
+    def _engine(self, model: str | None) -> Any:
         """The engine of the model a request names (call with the engine lock held)."""
         try:
-            config = self.catalog.get(request.model)
+            config = self.catalog.get(model)
         except ConfigError as error:
             raise ToolFailure(f"not_found_error: {error}") from error
         if config.name not in self._loaded:
@@ -104,7 +105,7 @@ class LocalTools:
     def _decide_now(self, body: dict[str, Any]) -> dict[str, Any]:
         request = parse_request(body)
         with self._engine_lock:
-            return self._engine(request).decide(request).to_wire()
+            return self._engine(request.model).decide(request).to_wire()
 
     async def decide(self, body: dict[str, Any], priority: str) -> dict[str, Any]:
         return await anyio.to_thread.run_sync(self._decide_now, body)
@@ -114,7 +115,14 @@ class LocalTools:
         if request.taught is not None:
             raise invalid("arguments", ["x_question"], "a taught question is kept by a "
                           "service: run decide mcp --url to use it, or give a noul here")
-        answers = self._decide_now(decision_body(request, request.question))["answers"]
+        documents = None
+        if request.max_tokens_per_doc is not None:  # cut as the front door cuts
+            with self._engine_lock:
+                count = self._engine(request.model).count_tokens
+            documents = tuple(cut_to_tokens(document, request.max_tokens_per_doc, count)
+                              for document in request.documents)
+        body = decision_body(request, request.question, documents=documents)
+        answers = self._decide_now(body)["answers"]
         return rerank_response(f"rerank_{uuid.uuid4().hex[:24]}", request, answers)
 
     async def rerank(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +146,7 @@ class LocalTools:
                 return known
             request = parse_request(job.body)
             with self._engine_lock:
-                engine = self._engine(request)
+                engine = self._engine(request.model)
                 plan = engine.plan(request)
             kept = LocalJob(id=f"job_{uuid.uuid4().hex[:24]}", priority=job.priority,
                             model=engine.model_name, metadata=job.metadata, rows=plan.row_total,
@@ -154,7 +162,7 @@ class LocalTools:
         try:
             with self._engine_lock:
                 started = time.perf_counter()
-                decision = self._engine(request).decide(request)
+                decision = self._engine(request.model).decide(request)
             job.decode_ms = round((time.perf_counter() - started) * 1000, 1)
             job.result, job.status = decision.to_wire(), "succeeded"
         except (DecideError, ToolFailure) as error:

@@ -36,7 +36,7 @@ QUESTIONS = {
                                 "sales": None}},
     "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
 }
-RERANK = {"query": "a refund for a double charge", "top_n": 2,
+RERANK = {"query": "a refund for a double charge", "top_n": 2, "max_tokens_per_doc": 6,
           "documents": ["I was charged twice, please refund one.", "The app crashes at login.",
                         "Can I change my delivery address?"]}
 MARKED = {"state": "Query: a refund", "x_rerank": {"instructions": "Relevant?"},
