@@ -115,14 +115,7 @@ def test_option_rows_are_read_in_few_batches_that_keep_the_rule(default_engine, 
                                                      "questions": {"q": choice(names)}}))
     reader = default_engine.reader
     reader.read(plan.prefix, plan.rows[:1])  # the state is cached now
-    seen = []
-    real = LlamaContext.decode
-
-    def counting(context, count):
-        seen.append((count, int(context.wants_logits[:count].sum())))
-        return real(context, count)
-
-    monkeypatch.setattr(LlamaContext, "decode", counting)
+    seen = counted_decodes(monkeypatch)
     before = reader.tokens_decoded
     reader.read(plan.prefix, plan.rows)
     split = [split_row(row.suffix, row.continuation) for row in plan.rows]
@@ -186,7 +179,17 @@ def test_a_long_question_piece_is_one_batch(default_engine, monkeypatch):
                                           "d")
     reader = default_engine.reader
     reader.read(prefix, rows[:1])  # the state is cached now
-    seen = []
+    seen = counted_decodes(monkeypatch)
+    reader.read(prefix, rows)
+    piece = len(split_row(rows[mine[0]].suffix, rows[mine[0]].continuation)[0])
+    assert seen[0] == (piece, 1)
+    assert all(count % GROUP == 0 and count <= UBATCH and outputs != 1
+               for count, outputs in seen[1:])
+
+
+def counted_decodes(monkeypatch) -> list[tuple[int, int]]:
+    """(tokens, logits rows asked) of every llama_decode from now on."""
+    seen: list[tuple[int, int]] = []
     real = LlamaContext.decode
 
     def counting(context, count):
@@ -194,11 +197,7 @@ def test_a_long_question_piece_is_one_batch(default_engine, monkeypatch):
         return real(context, count)
 
     monkeypatch.setattr(LlamaContext, "decode", counting)
-    reader.read(prefix, rows)
-    piece = len(split_row(rows[mine[0]].suffix, rows[mine[0]].continuation)[0])
-    assert seen[0] == (piece, 1)
-    assert all(count % GROUP == 0 and count <= UBATCH and outputs != 1
-               for count, outputs in seen[1:])
+    return seen
 
 
 def test_this_host_keeps_the_batching_rule(default_engine):
