@@ -31,6 +31,7 @@ from decide.store.leader import SessionLock
 from decide.store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
 from decide.transport.broker import Broker
 from decide.worker.between_rows import Retention
+from decide.worker.loop_thread import LoopThread
 from decide.worker.turns import KeyTurns
 
 log = logging.getLogger("decide.delivery")
@@ -53,7 +54,7 @@ below the silence that loses the lock, so a leader back from a freeze long enoug
 it always finds out before it acts."""
 
 
-class Delivery:
+class Delivery(LoopThread):
     def __init__(self, *, db: Database, broker: Broker, models: list[str],
                  retention_days: float = 30.0, max_attempts: int = 3,
                  worker_id: str | None = None,
@@ -69,8 +70,7 @@ class Delivery:
         self._retention = Retention(db, retention_days)
         self._broker = broker
         self._models = models
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="decide-delivery", daemon=True)
+        super().__init__("decide-delivery")
         self._lock = SessionLock(db)
         self._lock_touched = -float("inf")
         self._last_repair = -float("inf")
@@ -78,17 +78,6 @@ class Delivery:
         self._live_workers: dict[str, int] = {}
         self._rounds = threading.Condition()
         self._rounds_begun = self._rounds_done = 0
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait for the loop's thread to end after ``stop``; True when it has."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
 
     def wait_rounds(self, count: int = 1, timeout: float | None = None) -> bool:
         """Wait until the loop has begun and ended ``count`` rounds since this call (a round:

@@ -14,7 +14,6 @@ its claim to run out, and the event is sent again (the receiver dedupes by ``web
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from decide.config.settings import Settings
 from decide.core.webhook_urls import WebhookPolicy
 from decide.store import batches, job_reads, outbox, webhooks
 from decide.store.db import Database
+from decide.worker.loop_thread import LoopThread
 from decide.worker.webhook_payloads import batch_data, encoded, job_data
 from decide.worker.webhook_send import Sender
 
@@ -87,7 +87,7 @@ def webhook_delivery(db: Database, settings: Settings) -> WebhookDelivery:
         keep_seconds=settings.retention_days * 86_400)
 
 
-class WebhookDelivery:
+class WebhookDelivery(LoopThread):
     def __init__(self, *, db: Database, sender: Sender, backoff: Backoff,
                  lease_seconds: float, keep_seconds: float,
                  tick: float = TICK_SECONDS) -> None:
@@ -100,21 +100,10 @@ class WebhookDelivery:
         self._lease = lease_seconds
         self._keep = keep_seconds
         self._tick = tick
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="decide-webhooks", daemon=True)
+        super().__init__("decide-webhooks")
         self._pool = ThreadPoolExecutor(SENDERS, thread_name_prefix="decide-webhook")
         self._purged_at = -PURGE_EVERY_SECONDS
         self._batches_after: str | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-
-    def join(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
