@@ -41,8 +41,9 @@ tokens of a sequence nobody reads), the piece bodies first, then the tokens whos
 read: each piece's last token (its options' first tokens) and every trie token (the next token
 of each option through it). A question piece over 48 tokens (``LONG_PIECE``: a reranked
 document) is the exception: its rows make a round of their own, and the piece is decoded first,
-alone over the prefix, in one batch (``round_batches``); the same batch, in the same cache cells,
-whatever came before, and on a CPU about a fifth cheaper than the same tokens in 48s.
+alone over the prefix, in one batch (512-token chunks beyond; ``round_batches``): the same
+batches in the same cache cells whatever came before, and on a CPU about a fifth cheaper than
+the same tokens in 48s.
 A row's numbers therefore depend only on (prefix, piece, option): not on the other options of
 its question, the other questions, their order, the round it lands in or the requests before.
 """
@@ -66,8 +67,9 @@ UBATCH = 48
 cells by absolute index, from 64 query rows on."""
 LONG_PIECE = UBATCH
 """A question piece longer than this (a reranked document, long instructions) is decoded in a
-round of its own, alone over the prefix in one batch (``round_batches``): cheaper per token
-on a CPU than in 48-token batches, and as much its own as a packed piece."""
+round of its own, alone over the prefix in one batch (``round_batches``; chunks of the
+context's batch size beyond it): cheaper per token on a CPU than in 48-token batches, and as
+much its own as a packed piece."""
 ROUND_TOKENS = 8 * UBATCH
 """Tokens decoded per round (its rows asked ``before_row`` first): a background round keeps a
 foreground request waiting at most about a second on two cores (1.3 s for a round of option
@@ -140,8 +142,9 @@ class _Trie:
 def rounds(rows: Rows, *, seqs: int, tokens: int = ROUND_TOKENS, cells: int) -> list[list[int]]:
     """Cut rows into rounds of consecutive rows: each round uses at most ``seqs`` sequences
     (one per question piece and one per leaf of its options' trie), decodes at most ``tokens``
-    tokens and ``cells`` cache cells (a single row beyond the token budget makes a round of
-    its own)."""
+    tokens (a long piece's own tokens not counted) and ``cells`` cache cells (a single row
+    beyond the token budget makes a round of its own); a piece over ``LONG_PIECE`` tokens
+    makes a round with its own rows only."""
     result: list[list[int]] = []
     current: list[int] = []
     used_seqs = used_tokens = 0
@@ -157,8 +160,12 @@ def rounds(rows: Rows, *, seqs: int, tokens: int = ROUND_TOKENS, cells: int) -> 
             cost_seqs = (1 if new_group else 0) + fresh.leaf_change(paths)
             cost_tokens = (len(row_piece) if new_group else 0) + len(paths)
             total = used_tokens + cost_tokens
+            # a long piece is read in batches of its own: the budget counts its trie only, so
+            # its options never make it decoded again in a round of their own
+            long_group = not new_group and len(row_piece) > LONG_PIECE
+            budgeted = total - (len(row_piece) if long_group else 0)
             if attempt == 0 and current and (alone or used_seqs + cost_seqs > seqs
-                                             or total > tokens or total > cells):
+                                             or budgeted > tokens or total > cells):
                 result.append(current)
                 current, used_seqs, used_tokens = [], 0, 0
                 continue
@@ -302,16 +309,17 @@ def _tensor_types(path: Path) -> tuple[str, int, dict[str, int]]:
 
 def packing_check_rows(vocab_size: int) -> tuple[tuple[int, ...], list[Row]]:
     """A made-up prefix and option rows for the reader's packing check: two short question
-    pieces and a long one (decoded alone), options of one to four tokens that share leading
-    tokens (a trie with several leaves), so that a round spans batches and splits its
-    outputs."""
+    pieces and a long one (decoded alone, over 64 tokens: flash attention then tiles the cache
+    cells by index, so the check sees whether it lands in the same cells every time), options
+    of one to four tokens that share leading tokens (a trie with several leaves), so that a
+    round spans batches and splits its outputs."""
     def token(number: int) -> int:
         return 1000 + number * 37 % max(vocab_size - 1000, 1)
 
     prefix = tuple(token(number) for number in range(12))
     pieces = [tuple(token(100 + number) for number in range(20)),
               tuple(token(200 + number) for number in range(18)),
-              tuple(token(400 + number) for number in range(LONG_PIECE + 12))]
+              tuple(token(400 + number) for number in range(2 * UBATCH + 12))]
     options = [(token(300),), (token(300), token(301)), (token(300), token(302), token(303)),
                (token(310), token(311), token(312), token(313)), (token(320),),
                (token(310), token(311), token(314))]

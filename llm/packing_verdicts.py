@@ -19,7 +19,7 @@ import platform
 from pathlib import Path
 
 VERDICTS_FILE = "packing-checks.json"
-PLAN = "2: a piece over 48 tokens alone in its round"
+PLAN = "3: a piece over 48 tokens alone in its round, checked over 64"
 """The packed plan the check reads (``llm.packing``), part of every key: a verdict found under
 an earlier plan is not taken for this one."""
 KEPT = 64

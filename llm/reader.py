@@ -10,9 +10,9 @@ position 0, alone; a request over the same state skips it.
   question piece once and its options as a trie (each distinct proper prefix of an option
   once), in sequences copied from the prefix's, in batches of at most 48 tokens that follow a
   batching rule under which llama.cpp computes every token the same way whatever else its
-  batch holds (a piece over 48 tokens: alone, in one batch, in a round of its own); the logits
-  are read at each piece's last token and at each trie token, and the round's sequences are
-  removed again.
+  batch holds (a piece over 48 tokens: alone, in one batch of up to 512, in its own round);
+  the logits are read at each piece's last token and at each trie token, and the round's
+  sequences are removed again.
 * Option rows on a GPU (the rule is the CPU backend's): each question piece is decoded alone
   on top of the prefix (and kept for the next option of the same question), then each option's
   own tokens alone on top of the piece.

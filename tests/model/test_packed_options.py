@@ -10,7 +10,7 @@ import pytest
 import decide.llm.reader as reader_module
 from decide.core.protocol import parse_request
 from decide.llm.llama_context import LlamaContext
-from decide.llm.packing import GROUP, LONG_PIECE, UBATCH, rounds, split_row
+from decide.llm.packing import GROUP, LONG_PIECE, ROUND_TOKENS, UBATCH, rounds, split_row
 
 pytestmark = pytest.mark.model
 
@@ -172,17 +172,19 @@ def test_a_long_question_piece_reads_the_same_bits_alone_or_in_any_company(defau
                                                                      "d")
 
 
-def test_a_long_question_piece_is_one_batch(default_engine, monkeypatch):
+@pytest.mark.parametrize("sentences", [6, 20], ids=["130 tokens", "over a round's 384"])
+def test_a_long_question_piece_is_one_batch(default_engine, monkeypatch, sentences):
     """The long piece is one llama_decode of its tokens asking for one row of logits (not
-    48-token batches), and the request's short questions stay packed by the rule."""
-    prefix, rows, mine = rows_of_question(default_engine, {"d": long_noul(6), "a": REFUND},
-                                          "d")
+    48-token batches), once for both its options however long it is, and the request's short
+    questions stay packed by the rule."""
+    prefix, rows, mine = rows_of_question(default_engine, {"d": long_noul(sentences),
+                                                           "a": REFUND}, "d")
     reader = default_engine.reader
     reader.read(prefix, rows[:1])  # the state is cached now
     seen = counted_decodes(monkeypatch)
     reader.read(prefix, rows)
     piece = len(split_row(rows[mine[0]].suffix, rows[mine[0]].continuation)[0])
-    assert seen[0] == (piece, 1)
+    assert piece > (ROUND_TOKENS if sentences == 20 else LONG_PIECE) and seen[0] == (piece, 1)
     assert all(count % GROUP == 0 and count <= UBATCH and outputs != 1
                for count, outputs in seen[1:])
 

@@ -108,6 +108,19 @@ def test_a_long_piece_makes_a_round_of_its_own_with_its_options():
     assert rounds(rows[:1] + rows[3:6], seqs=100, cells=1000) == [[0, 1, 2, 3]]
 
 
+def test_a_long_pieces_options_never_make_it_decoded_again():
+    """The round's token budget counts a long piece's trie, not the piece (read in batches of
+    its own): a 600-token document's yes and no, or five 3-token options of long
+    instructions, stay one round, so the piece is decoded once."""
+    document = tuple(range(1000, 1600))
+    assert rounds([(document, (1,)), (document, (2,))], seqs=100, cells=4096) == [[0, 1]]
+    options = [(document, (7, number, 9)) for number in range(5)]
+    assert rounds(options, seqs=100, cells=4096) == [[0, 1, 2, 3, 4]]
+    assert rounds(options, seqs=100, cells=600 + 3) == [[0, 1], [2, 3], [4]]  # cells count
+    many = [(document, (7, number, 9)) for number in range(500)]  # 501 trie tokens
+    assert [len(members) for members in rounds(many, seqs=1000, cells=4096)] == [383, 117]
+
+
 def test_a_long_piece_is_decoded_alone_in_one_batch_then_its_options_trie():
     rows = [(LONG, (2,)), (LONG, (3, 4)), (LONG, (3, 5, 6))]
     items, _ = round_items(rows, [0, 1, 2], start=7, first_seq=1)
