@@ -20,9 +20,9 @@ _SPACE = re.compile(r"\s+")
 
 def cut_to_tokens(text: str, limit: int, count: Count) -> str:
     """``text`` itself when it counts at most ``limit`` tokens, else its cut prefix."""
-    if count(text) <= limit:
-        return text
     over = _prefix_over(text, limit, count)
+    if over == len(text) and count(text) <= limit:
+        return text
     words = [match.start() for match in _SPACE.finditer(text, 0, over) if match.start() > 0]
     cut = _longest_fitting(text, words, limit, count)
     if cut == 0:
@@ -32,8 +32,8 @@ def cut_to_tokens(text: str, limit: int, count: Count) -> str:
 
 def _prefix_over(text: str, limit: int, count: Count) -> int:
     """The length of a prefix that counts over ``limit`` tokens, found by doubling from
-    ``4 * limit`` characters: the searches that follow then tokenize about twice the answer,
-    not a whole document of megabytes."""
+    ``4 * limit`` characters, or the whole length when no shorter prefix does: the counts then
+    tokenize about twice the answer, not a whole document of megabytes."""
     length = 4 * limit
     while length < len(text) and count(text[:length]) <= limit:
         length *= 2

@@ -249,11 +249,9 @@ def stored_rerank(stored: dict[str, Any] | None) -> RerankRequest | None:
             return None
         documents.append(text[len(DOCUMENT_HEAD):len(text) - len(tail)])
     uncut = mark.get("uncut")
-    if isinstance(uncut, dict):
-        for index, whole_text in ((int(key), text) for key, text in uncut.items()
-                                  if key.isdigit() and isinstance(text, str)):
-            if index < len(documents):
-                documents[index] = whole_text
+    if isinstance(uncut, dict):  # a caller's own x_rerank may hold anything: strings only
+        documents = [whole if isinstance(whole := uncut.get(str(index)), str) else text
+                     for index, text in enumerate(documents)]
     top_n, state = mark.get("top_n"), stored.get("state")
     whole = isinstance(top_n, int) and not isinstance(top_n, bool) and top_n > 0
     return RerankRequest(query=state.removeprefix(QUERY_HEAD) if isinstance(state, str) else "",

@@ -100,6 +100,10 @@ def test_max_tokens_per_doc_cuts_what_is_read_and_the_whole_is_read_back():
                                 "max_tokens_per_doc": 2, "uncut": {"1": "a long document"}}
     back = stored_rerank(body)
     assert back is not None and back.documents == ("short", "a long document")
+    odd = {**body, "x_rerank": {**body["x_rerank"], "uncut": {"²": "x", "0": 5, "1": "whole",
+                                                            "9" * 5000: "y"}}}
+    back = stored_rerank(odd)  # a caller's own x_rerank: only strings at known indices count
+    assert back is not None and back.documents == ("short", "whole")
     for bad in (0, -3, 1.5, "2", True):
         with pytest.raises(InvalidRequest) as raised:
             parse_rerank({"query": "q", "documents": ["d"], "max_tokens_per_doc": bad})
