@@ -7,7 +7,7 @@ A try is over when the receiver's status line and headers have come: the body is
 (a 2xx whose body trickles, or never ends, is delivered). httpx's timeout bounds each read, not
 the whole, so a watchdog shuts the try's socket once the try has taken ``timeout`` seconds in
 all: a receiver that trickles its headers fails the try then, well within the lease. The name's
-lookup has the same deadline (``resolve_within``). No
+lookup has the same deadline (``resolve_within``), and the connection gets what it left. No
 connection is kept alive: each try connects afresh, so a connection made to one host (its TLS
 name checked) is never reused for another host at the same address."""
 
@@ -105,11 +105,12 @@ class Sender:
         headers = {**signed_headers(secret, message_id, payload),
                    "content-type": "application/json", "host": _host_header(url)}
         pinned, extensions = _pinned(url, address)
-        watchdog = _Watchdog(self._timeout - took() / 1000)
+        remaining = max(self._timeout - took() / 1000, 0.01)  # what the lookup left
+        watchdog = _Watchdog(remaining)
         try:
             with self._client.stream("POST", pinned, content=payload.encode(), headers=headers,
-                                     extensions={**extensions, "trace": watchdog.trace}
-                                     ) as response:
+                                     extensions={**extensions, "trace": watchdog.trace},
+                                     timeout=remaining) as response:
                 status = response.status_code  # the body is not read
         except httpx.HTTPError as error:
             if watchdog.fired:
