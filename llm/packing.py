@@ -65,6 +65,8 @@ this: the row group of the CPU backend's repacked matrix kernels."""
 UBATCH = 48
 """The most tokens a packed batch holds: flash attention tiles its queries, and then the cache's
 cells by absolute index, from 64 query rows on."""
+TILED_ROWS = 64
+"""From this many query rows on, flash attention on the CPU tiles the cache cells by index."""
 LONG_PIECE = UBATCH
 """A question piece longer than this (a reranked document, long instructions) is decoded in a
 round of its own, alone over the prefix in one batch (``round_batches``; chunks of the
@@ -308,22 +310,24 @@ def _tensor_types(path: Path) -> tuple[str, int, dict[str, int]]:
 
 
 def packing_check_rows(vocab_size: int) -> tuple[tuple[int, ...], list[Row]]:
-    """A made-up prefix and option rows for the reader's packing check: two short question
-    pieces and a long one (decoded alone, over 64 tokens: flash attention then tiles the cache
-    cells by index, so the check sees whether it lands in the same cells every time), options
-    of one to four tokens that share leading tokens (a trie with several leaves), so that a
-    round spans batches and splits its outputs."""
+    """A made-up prefix and option rows for the reader's packing check: two question pieces
+    with options of one to four tokens that share leading tokens (a trie with several leaves),
+    so that a round spans batches and splits its outputs; then a long piece with two options
+    (decoded alone, over ``TILED_ROWS`` tokens: flash attention then tiles the cache cells by
+    index, so the check sees whether it lands in the same cells every time)."""
     def token(number: int) -> int:
         return 1000 + number * 37 % max(vocab_size - 1000, 1)
 
     prefix = tuple(token(number) for number in range(12))
     pieces = [tuple(token(100 + number) for number in range(20)),
-              tuple(token(200 + number) for number in range(18)),
-              tuple(token(400 + number) for number in range(2 * UBATCH + 12))]
+              tuple(token(200 + number) for number in range(18))]
+    long_piece = tuple(token(400 + number) for number in range(TILED_ROWS + 4))
     options = [(token(300),), (token(300), token(301)), (token(300), token(302), token(303)),
                (token(310), token(311), token(312), token(313)), (token(320),),
                (token(310), token(311), token(314))]
     rows = [Row(question_id=str(number), suffix_text="", suffix=piece + option,
                 option=index, continuation=len(option))
             for number, piece in enumerate(pieces) for index, option in enumerate(options)]
+    rows += [Row(question_id="long", suffix_text="", suffix=long_piece + option, option=index,
+                 continuation=len(option)) for index, option in enumerate(options[:2])]
     return prefix, rows

@@ -5,9 +5,9 @@ batching rule (``LlamaReader._check_packing``: made-up rows read together, backw
 The answer depends only on the build's kernels, the CPU that runs them, the model file and the
 thread count, so it is kept under a key made of exactly those, and a runner that starts again
 on the same host, build and file (every worker start, every ``decide run``) reads it instead of
-decoding the check again (about a second of both cores on the embedded default). Another build,
-another CPU, another file, a rebuilt library or another thread count is another key, checked
-afresh. An unreadable or unwritable file only costs the check.
+decoding the check again (1.2 to 1.7 s of both cores on the embedded default). Another build,
+another CPU, another file, a rebuilt library, another thread count or another plan is another
+key, checked afresh. An unreadable or unwritable file only costs the check.
 """
 
 from __future__ import annotations
