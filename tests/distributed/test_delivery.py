@@ -193,7 +193,10 @@ def test_cancel_reaches_the_worker_running_the_job(cluster):
         client.delete(f"/v1/jobs/{job['id']}")
         final = client.get(f"/v1/jobs/{job['id']}", params={"wait": 30}).json()
         assert final["status"] == "cancelled" and final["result"] is None
-        assert time.monotonic() - started < 2  # a row or two, not 1,000
+        # a round or two, not 1,000 rows (about 10 s): the runner notices the cancel before
+        # its next round (up to 384 tokens, a second on two quiet cores; 2.2 s seen with the
+        # suite's other processes on them)
+        assert time.monotonic() - started < 4
 
 
 def test_ready_follows_the_only_worker_of_a_model(cluster):
