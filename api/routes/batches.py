@@ -17,7 +17,7 @@ from decide import metrics
 from decide.api.batching import accept_batch
 from decide.api.body import read_json
 from decide.api.errors import not_found
-from decide.api.routes.deps import Context, Owner
+from decide.api.routes.deps import Context, Owner, PageSize
 from decide.api.schemas import BatchList, BatchRequest, BatchSchema, request_body, responses
 from decide.api.views import batch_view
 from decide.api.webhook_fields import shown
@@ -111,7 +111,7 @@ def cancel_batch(batch_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
 
 @router.get("/v1/batches", responses=responses({200: BatchList}))
 def list_batches(ctx: Context, owner: Owner,
-                 limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                 limit: PageSize = 20,
                  after: Annotated[str | None, Query()] = None) -> dict[str, Any]:
     page = batches.list_batches(ctx.db, owner=owner, limit=limit + 1, after=after)
     more = len(page) > limit

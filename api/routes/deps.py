@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
 from decide.api.context import ApiContext
 
@@ -21,3 +21,7 @@ async def owner(request: Request, ctx: Annotated[ApiContext, Depends(context)]) 
 
 Context = Annotated[ApiContext, Depends(context)]
 Owner = Annotated[str, Depends(owner)]
+PageSize = Annotated[int, Query(ge=1, le=100)]
+"""A list's ``limit``: 1 to 100 entries a page."""
+DeliveryCursor = Annotated[int | None, Query(ge=0)]
+"""A delivery log's ``after``: the id of the last entry of the page before."""

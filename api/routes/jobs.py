@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from decide import metrics
 from decide.api.body import read_json
 from decide.api.errors import invalid, not_found
-from decide.api.routes.deps import Context, Owner
+from decide.api.routes.deps import Context, Owner, PageSize
 from decide.api.schemas import JobList, JobRequest, JobSchema, request_body, responses
 from decide.api.submit import accept, checked_metadata, checked_priority, owned_job
 from decide.api.views import job_view
@@ -79,7 +79,7 @@ async def cancel_job(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
 @router.get("/v1/jobs", responses=responses({200: JobList}))
 async def list_jobs(ctx: Context, owner: Owner,
                     status: Annotated[str | None, Query()] = None,
-                    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                    limit: PageSize = 20,
                     after: Annotated[str | None, Query()] = None) -> dict[str, Any]:
     if status is not None and status not in jobs.STATUSES:
         raise invalid("query", ["status"], f"status must be one of {', '.join(jobs.STATUSES)}",

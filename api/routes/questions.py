@@ -13,7 +13,7 @@ from decide import metrics
 from decide.api.body import read_json
 from decide.api.context import ApiContext
 from decide.api.errors import invalid, not_found
-from decide.api.routes.deps import Context, Owner
+from decide.api.routes.deps import Context, Owner, PageSize
 from decide.api.submit import check_lane, owned_job
 from decide.api.taught import (
     check_examples,
@@ -102,7 +102,7 @@ async def read_taught(taught_id: str, ctx: Context, owner: Owner,
 
 @router.get("/v1/questions")
 async def list_taught(ctx: Context, owner: Owner,
-                      limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                      limit: PageSize = 20,
                       after: Annotated[str | None, Query()] = None) -> dict[str, Any]:
     page = await run_in_threadpool(taught_store.list_taught, ctx.db, owner=owner,
                                    limit=limit + 1, after=after)

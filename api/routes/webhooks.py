@@ -5,17 +5,17 @@ signing secret of the URLs its jobs and batches name (``x_webhook``)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from decide.api.body import read_json
 from decide.api.errors import ApiError, invalid, not_found
 from decide.api.quotas import KEY_BUSY_RETRY_SECONDS
-from decide.api.routes.deps import Context, Owner
+from decide.api.routes.deps import Context, DeliveryCursor, Owner, PageSize
 from decide.api.submit import owned_job
 from decide.api.views import timestamp
 from decide.api.webhook_fields import checked_url
@@ -97,8 +97,8 @@ def delete_endpoint(endpoint_id: str, ctx: Context, owner: Owner) -> dict[str, A
 
 @router.get("/v1/webhooks/{endpoint_id}/deliveries")
 def endpoint_deliveries(endpoint_id: str, ctx: Context, owner: Owner,
-                        limit: Annotated[int, Query(ge=1, le=100)] = 20,
-                        after: Annotated[int | None, Query(ge=0)] = None) -> dict[str, Any]:
+                        limit: PageSize = 20,
+                        after: DeliveryCursor = None) -> dict[str, Any]:
     """Every try, newest first: its event, attempt number, status code or error, time."""
     if webhooks.get_endpoint(ctx.db, endpoint_id, owner) is None:
         raise not_found(f"no webhook endpoint {endpoint_id!r}")
@@ -136,8 +136,8 @@ def _subject_log(ctx: Context, subject_id: str, owner: str, limit: int,
 
 @router.get("/v1/jobs/{job_id}/deliveries")
 def job_deliveries(job_id: str, ctx: Context, owner: Owner,
-                   limit: Annotated[int, Query(ge=1, le=100)] = 20,
-                   after: Annotated[int | None, Query(ge=0)] = None) -> dict[str, Any]:
+                   limit: PageSize = 20,
+                   after: DeliveryCursor = None) -> dict[str, Any]:
     """Every try of the job's ``job.finished`` events (its ``x_webhook`` URL's and the key's
     endpoints'), newest first."""
     owned_job(ctx, job_id, owner)
@@ -146,8 +146,8 @@ def job_deliveries(job_id: str, ctx: Context, owner: Owner,
 
 @router.get("/v1/batches/{batch_id}/deliveries")
 def batch_deliveries(batch_id: str, ctx: Context, owner: Owner,
-                     limit: Annotated[int, Query(ge=1, le=100)] = 20,
-                     after: Annotated[int | None, Query(ge=0)] = None) -> dict[str, Any]:
+                     limit: PageSize = 20,
+                     after: DeliveryCursor = None) -> dict[str, Any]:
     """Every try of the batch's ``batch.completed`` events, newest first."""
     if batches.get_batch(ctx.db, batch_id, owner) is None:
         raise not_found(f"no batch {batch_id!r}")
