@@ -18,12 +18,12 @@ from decide.api.context import ApiContext
 from decide.api.errors import ApiError, invalid, not_found
 from decide.api.submit import Accepted, accept
 from decide.api.waiting import wait_finished
-from decide.core.doc_cut import cut_to_tokens
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.core.protocol import FOREGROUND
 from decide.core.rerank import (
     RerankRequest,
     decision_body,
+    documents_read,
     parse_rerank,
     rerank_response,
     stored_rerank,
@@ -83,11 +83,8 @@ def submit_rerank(ctx: ApiContext, *, owner: str, request: RerankRequest, sync_c
     ``notify``: its finish is announced to the key's webhook endpoints (a job submitted to be
     polled, ``Prefer: respond-async``), and to ``webhook_url`` when given."""
     question, taught = relevance_question(ctx, owner, request)
-    documents = None
-    if request.max_tokens_per_doc is not None:
-        count = ctx.planners[ctx.model(request.model).name].count_tokens
-        documents = tuple(cut_to_tokens(document, request.max_tokens_per_doc, count)
-                          for document in request.documents)
+    documents = documents_read(
+        request, lambda: ctx.planners[ctx.model(request.model).name].count_tokens)
     try:
         return accept(ctx, owner=owner, body=decision_body(request, question, taught, documents),
                       priority=FOREGROUND, sync_call=sync_call, notify=notify,

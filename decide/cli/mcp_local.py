@@ -24,10 +24,9 @@ from decide.api.errors import invalid
 from decide.api.mcp_server import ToolFailure
 from decide.api.views import timestamp
 from decide.config.settings import Settings
-from decide.core.doc_cut import cut_to_tokens
 from decide.core.errors import ConfigError, DecideError
 from decide.core.protocol import DecisionRequest, parse_request
-from decide.core.rerank import decision_body, parse_rerank, rerank_response
+from decide.core.rerank import decision_body, documents_read, parse_rerank, rerank_response
 from decide.llm.catalog import load_catalog
 from decide.llm.decoding import load_decoding_engine
 
@@ -115,13 +114,12 @@ class LocalTools:
         if request.taught is not None:
             raise invalid("arguments", ["x_question"], "a taught question is kept by a "
                           "service: run decide mcp --url to use it, or give a noul here")
-        documents = None
-        if request.max_tokens_per_doc is not None:  # cut as the front door cuts
+        def counter() -> Any:
             with self._engine_lock:
-                count = self._engine(request.model).count_tokens
-            documents = tuple(cut_to_tokens(document, request.max_tokens_per_doc, count)
-                              for document in request.documents)
-        body = decision_body(request, request.question, documents=documents)
+                return self._engine(request.model).count_tokens
+
+        body = decision_body(request, request.question,
+                             documents=documents_read(request, counter))
         answers = self._decide_now(body)["answers"]
         return rerank_response(f"rerank_{uuid.uuid4().hex[:24]}", request, answers)
 

@@ -18,9 +18,11 @@ question is taught from such states (``POST /v1/questions``) and then named in `
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from decide.core.doc_cut import Count, cut_to_tokens
 from decide.core.errors import InvalidRequest
 from decide.core.protocol import DecisionRequest, plain_json_problem
 from decide.core.questions import (
@@ -184,6 +186,17 @@ def rerank_example_state(query: str, document: str) -> str:
 def document_instructions(document: str, instructions: str) -> str:
     """One document's question: the document, then the relevance question's instructions."""
     return DOCUMENT_HEAD + document + QUESTION_GAP + instructions
+
+
+def documents_read(request: RerankRequest,
+                   counter: Callable[[], Count]) -> tuple[str, ...] | None:
+    """The documents as the rows read them, cut to ``max_tokens_per_doc`` with the counter
+    ``counter()`` gives (the model's; asked for only then); None when the request sets none."""
+    if request.max_tokens_per_doc is None:
+        return None
+    count = counter()
+    return tuple(cut_to_tokens(document, request.max_tokens_per_doc, count)
+                 for document in request.documents)
 
 
 def decision_body(request: RerankRequest, question: dict[str, Any] | None = None,
