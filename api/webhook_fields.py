@@ -4,7 +4,6 @@ signing secret made, and shown once, when its first ``x_webhook`` URL arrives.""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -13,13 +12,20 @@ from decide.api.errors import invalid
 from decide.core.questions import json_kind
 from decide.core.webhook_urls import RefusedUrl, WebhookPolicy, check_url
 from decide.store import webhooks
+from decide.transport.name_lookup import lookup_slots, resolve_host, resolve_within
 
 T = TypeVar("T")
 
 
-def resolve_host(host: str, port: int) -> list[str]:
-    return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, port,
-                                                                  type=socket.SOCK_STREAM)})
+LOOKUP_SECONDS = 2.0
+"""How long a request waits for its webhook URL's name to resolve: a name that has not in
+time passes here (it is looked up and checked again whenever a webhook is sent), so a slow
+DNS server a caller controls cannot hold the front door's threads."""
+_LOOKUPS = lookup_slots()
+
+
+def resolve_briefly(host: str, port: int) -> list[str]:
+    return resolve_within(resolve_host, host, port, LOOKUP_SECONDS, _LOOKUPS)
 
 
 def policy(ctx: ApiContext) -> WebhookPolicy:
@@ -31,7 +37,7 @@ def checked_url(ctx: ApiContext, url: Any, loc: list[Any]) -> str:
     """The URL when a webhook may go there; else a 422 at ``loc`` saying why. A name is
     resolved and each of its addresses judged (and judged again when a webhook is sent)."""
     try:
-        return check_url(url, policy(ctx), resolve_host).url
+        return check_url(url, policy(ctx), resolve_briefly).url
     except RefusedUrl as refused:
         raise invalid("body", loc, str(refused), "url_refused") from refused
 

@@ -120,6 +120,7 @@ def rotate_signing_secret(db: Engine, owner: str) -> str:
     secret = new_secret()
     now = read_database_now(db)
     with db.begin() as connection:
+        lock_owner(connection, owner)  # two at once: one after the other, the last one kept
         connection.execute(webhook_secrets.delete().where(webhook_secrets.c.owner == owner))
         connection.execute(webhook_secrets.insert().values(owner=owner, secret=secret,
                                                            created_at=now))

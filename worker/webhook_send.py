@@ -7,7 +7,8 @@ A try is over when the receiver's status line and headers have come: the body is
 (a 2xx whose body trickles, or never ends, is delivered). httpx's timeout bounds each read, not
 the whole, so a watchdog shuts the try's socket once the try has taken ``timeout`` seconds in
 all: a receiver that trickles its headers fails the try then, well within the lease. The name's
-lookup has the same deadline (``resolve_within``), and the connection gets what it left. No
+lookup has the same deadline (``resolve_within``, with a bound on the lookups left waiting),
+and the connection gets what it left. No
 connection is kept alive: each try connects afresh, so a connection made to one host (its TLS
 name checked) is never reused for another host at the same address."""
 
@@ -27,38 +28,9 @@ from standardwebhooks.webhooks import Webhook
 
 from decide.core.webhook_urls import RefusedUrl, WebhookPolicy, check_url
 from decide.store.outbox import Try
+from decide.transport.name_lookup import lookup_slots, resolve_host, resolve_within
 
 USER_AGENT = "decide-webhooks/1"
-
-
-def resolve_host(host: str, port: int) -> list[str]:
-    """Every address ``host`` resolves to (raises OSError when it does not)."""
-    return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, port,
-                                                                  type=socket.SOCK_STREAM)})
-
-
-def resolve_within(resolve, host: str, port: int,  # type: ignore[no-untyped-def]
-                   seconds: float) -> list[str]:
-    """``resolve(host, port)`` given ``seconds``: the system resolver has no deadline of its
-    own (a dead DNS server costs its timeouts times its attempts), so it runs in a daemon
-    thread, and one that has not answered in time raises TimeoutError (an OSError: the try
-    fails and is tried again later) while it is left to finish on its own."""
-    found: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            found["addresses"] = resolve(host, port)
-        except BaseException as error:  # handed to the caller
-            found["error"] = error
-
-    thread = threading.Thread(target=run, name="webhook-resolve", daemon=True)
-    thread.start()
-    thread.join(max(seconds, 0.0))
-    if thread.is_alive():
-        raise TimeoutError(f"no answer from the resolver within {seconds:g} s")
-    if "error" in found:
-        raise found["error"]  # type: ignore[misc]
-    return found["addresses"]  # type: ignore[return-value]
 
 
 def signed_headers(secret: str, message_id: str, payload: str,
@@ -83,6 +55,7 @@ class Sender:
         self._policy = policy
         self._resolve = resolve
         self._timeout = timeout
+        self._lookups = lookup_slots()
         self._client = httpx.Client(timeout=timeout, follow_redirects=False,
                                     limits=httpx.Limits(max_keepalive_connections=0),
                                     headers={"user-agent": USER_AGENT})
@@ -118,6 +91,12 @@ class Sender:
             else:
                 error_text = f"{type(error).__name__}: {error}"[:500]
             return Sent(Try(None, error_text, took()), final=False)
+        except (httpx.InvalidURL, UnicodeError) as error:  # no request can carry this URL
+            return Sent(Try(None, f"refused: the url cannot be sent ({error})"[:500], took()),
+                        final=True)
+        except Exception as error:  # recorded as a failed try: its retries stay bounded
+            return Sent(Try(None, f"{type(error).__name__}: {error}"[:500], took()),
+                        final=False)
         finally:
             watchdog.cancel()
         return Sent(Try(status, None, took()), final=False)
@@ -128,7 +107,8 @@ class Sender:
         target = check_url(url, self._policy)  # the form, a literal address, localhost
         if _literal(target.host):
             return target.host.strip("[]")
-        addresses = resolve_within(self._resolve, target.host, target.port, self._timeout)
+        addresses = resolve_within(self._resolve, target.host, target.port, self._timeout,
+                                   self._lookups)
         check_url(url, self._policy, lambda _host, _port: addresses)
         return addresses[0]
 

@@ -23,5 +23,7 @@ Context = Annotated[ApiContext, Depends(context)]
 Owner = Annotated[str, Depends(owner)]
 PageSize = Annotated[int, Query(ge=1, le=100)]
 """A list's ``limit``: 1 to 100 entries a page."""
-DeliveryCursor = Annotated[int | None, Query(ge=0)]
-"""A delivery log's ``after``: the id of the last entry of the page before."""
+LARGEST_ID = 2**63 - 1
+DeliveryCursor = Annotated[int | None, Query(ge=0, le=LARGEST_ID)]
+"""A delivery log's ``after``: the id of the last entry of the page before (a database
+BIGINT: beyond it, a 422 rather than the database's overflow)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 MAX_URL_CHARS = 2048
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -35,26 +35,29 @@ class WebhookPolicy:
         return cls(allow_private, tuple(ipaddress.ip_network(cidr.strip(), strict=False)
                                         for cidr in cidrs if cidr.strip()))
 
-    def refusal(self, address: Address) -> str | None:
+    def refusal(self, address: Address, *, named: bool = True) -> str | None:
         """Why ``address`` may not be reached, or None when it may. An IPv6 address that
-        carries an IPv4 one (mapped, 6to4, Teredo's client) is judged by that one too."""
+        carries an IPv4 one (mapped, 6to4, Teredo's client) is judged by that one too.
+        ``named`` False leaves the address out (it is what a host name resolved to, which
+        a caller is not told: the answer would map the network's names)."""
         for judged in (address, *_embedded(address)):
-            refusal = self._refusal(judged)
-            if refusal is not None:
-                return refusal
+            kind = self._refused_kind(judged)
+            if kind is not None:
+                article = "an" if kind[0] in "aeiou" else "a"
+                shown = f"{judged}, {article} {kind}" if named else f"{article} {kind}"
+                return (f"{shown} address: webhooks reach public addresses only (an operator "
+                        "may allow others: DECIDE_WEBHOOK_ALLOW_PRIVATE or "
+                        "DECIDE_WEBHOOK_ALLOWED_CIDRS)")
         return None
 
-    def _refusal(self, address: Address) -> str | None:
+    def _refused_kind(self, address: Address) -> str | None:
         kind = _kind(address)
         if kind is None or self.allow_private:
             return None
         if any(address in network for network in self.allowed
                if network.version == address.version):
             return None
-        article = "an" if kind[0] in "aeiou" else "a"
-        return (f"{address}, {article} {kind} address: webhooks reach public addresses only "
-                "(an operator may allow others: DECIDE_WEBHOOK_ALLOW_PRIVATE or "
-                "DECIDE_WEBHOOK_ALLOWED_CIDRS)")
+        return kind
 
 
 def _embedded(address: Address) -> list[Address]:
@@ -95,6 +98,8 @@ def parse_url(url: object) -> Target:
         raise RefusedUrl("url must be a non-empty string, an http or https URL")
     if len(url) > MAX_URL_CHARS:
         raise RefusedUrl(f"url must be at most {MAX_URL_CHARS} characters")
+    if any(_unsafe(character) for character in url):
+        raise RefusedUrl("url must not contain white space or control characters")
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -106,9 +111,29 @@ def parse_url(url: object) -> Target:
         raise RefusedUrl("url must name a host")
     if parts.username is not None or parts.password is not None:
         raise RefusedUrl("url must not carry credentials; the signature proves the sender")
-    if any(character.isspace() for character in url):
-        raise RefusedUrl("url must not contain white space")
-    return Target(url, parts.hostname, port or (443 if parts.scheme == "https" else 80))
+    return Target(*_ascii_host(url, parts), port or (443 if parts.scheme == "https" else 80))
+
+
+def _unsafe(character: str) -> bool:
+    """White space, or a control character (C0, DEL, C1): never sent in a request line."""
+    return character.isspace() or ord(character) < 0x21 or 0x7f <= ord(character) <= 0x9f
+
+
+def _ascii_host(url: str, parts: SplitResult) -> tuple[str, str]:
+    """The URL and its host with an internationalised host name in its ASCII form (IDNA), as
+    it is resolved and sent; ``RefusedUrl`` when the host is no valid name (an empty label,
+    one over 63 characters)."""
+    host = parts.hostname or ""
+    if literal_address(host) is not None:
+        return url, host
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError as error:
+        raise RefusedUrl(f"url's host {host} is not a valid host name ({error})") from error
+    if ascii_host == host.lower() and host.isascii():
+        return url, host
+    port = f":{parts.port}" if parts.port is not None else ""
+    return urlunsplit(parts._replace(netloc=ascii_host + port)), ascii_host
 
 
 def literal_address(host: str) -> Address | None:
@@ -136,10 +161,10 @@ def check_url(url: object, policy: WebhookPolicy, resolve: Resolver | None = Non
         try:
             addresses = [ipaddress.ip_address(text.split("%")[0])
                          for text in resolve(target.host, target.port)]
-        except OSError:
+        except (OSError, UnicodeError):  # UnicodeError: a name the resolver cannot encode
             return target
     for address in addresses:
-        refusal = policy.refusal(address)
+        refusal = policy.refusal(address, named=literal is not None)
         if refusal is not None:
             raise RefusedUrl(f"url reaches {refusal}" if literal is not None else
                              f"url's host {target.host} resolves to {refusal}")

@@ -34,6 +34,10 @@ def test_an_endpoint_is_registered_with_its_secret_shown_once(front_door):
             "not_found_error"
     log = front_door.client.get(f"/v1/webhooks/{endpoint['id']}/deliveries", headers=alpha)
     assert log.json() == {"object": "list", "data": [], "has_more": False, "after": None}
+    past_bigint = front_door.client.get(f"/v1/webhooks/{endpoint['id']}/deliveries",
+                                        params={"after": 2**64}, headers=alpha)
+    assert past_bigint.status_code == 422
+    assert past_bigint.json()["detail"][0]["loc"] == ["query", "after"]
     gone = front_door.client.delete(f"/v1/webhooks/{endpoint['id']}", headers=alpha)
     assert gone.json() == {"id": endpoint["id"], "object": "webhook_endpoint", "deleted": True}
     assert front_door.client.get("/v1/webhooks", headers=alpha).json()["data"] == []
@@ -47,6 +51,9 @@ def test_registration_refuses_non_public_addresses_and_bad_fields_naming_them(fr
              ({"url": "http://10.0.0.8/"}, ["body", "url"], "private"),
              ({"url": "ftp://hooks.example.com/"}, ["body", "url"], "http or https"),
              ({}, ["body", "url"], "non-empty string"),
+             ({"url": "http://a..b/"}, ["body", "url"], "not a valid host name"),
+             ({"url": "https://hooks.example.com/\u0000"}, ["body", "url"],
+              "control characters"),
              ({"url": PUBLIC, "events": ["job.done"]}, ["body", "events", 0], "job.finished"),
              ({"url": PUBLIC, "events": []}, ["body", "events"], "non-empty list")]
     for body, loc, words in cases:

@@ -11,6 +11,7 @@ import pytest
 
 from decide.core.webhook_urls import WebhookPolicy
 from decide.store import batches, job_claims, jobs, outbox, submission, webhooks
+from decide.transport.name_lookup import LOOKUPS_WAITING
 from decide.worker.webhook_send import Sender
 from decide.worker.webhooks import Backoff, WebhookDelivery
 from tests.support.waits import wait_until
@@ -114,7 +115,8 @@ def test_a_name_resolving_to_loopback_is_refused_at_delivery(db, receiver):
     (event,) = outbox.events_of(db, job.id)
     assert event.status == outbox.FAILED  # refused is final: no retries
     (entry,) = outbox.deliveries(db, endpoint.id, limit=10)
-    assert entry["error"].startswith("refused: url's host hooks.example resolves to 127.0.0.1")
+    assert entry["error"].startswith("refused: url's host hooks.example resolves to a "
+                                     "loopback address")
     assert receiver.accepted == []
 
 
@@ -255,6 +257,51 @@ def test_a_resolver_that_never_answers_fails_the_try_at_its_deadline():
     assert sent.outcome.error == ("cannot resolve the host: no answer from the resolver "
                                   "within 1 s")
     assert 0.9 < took < 2.0
+
+
+def test_lookups_left_waiting_on_a_dead_resolver_are_bounded():
+    """Each timed-out lookup's thread waits on until the resolver gives up; once
+    ``LOOKUPS_WAITING`` wait, a try fails at once instead of leaving another thread, and the
+    slots come back when the resolver answers."""
+    release = threading.Event()
+
+    def hanging(host: str, port: int) -> list[str]:
+        release.wait(30)
+        raise OSError("the resolver gave up")
+
+    sender = Sender(LOOPBACK, 0.05, resolve=hanging)
+    try:
+        errors = [sender.send("http://hooks.example/in", webhooks.new_secret(), f"msg_{n}",
+                              "{}").outcome.error for n in range(LOOKUPS_WAITING + 1)]
+        waiting = [t for t in threading.enumerate() if t.name == "name-lookup"]
+    finally:
+        release.set()
+    assert errors[:-1] == ["cannot resolve the host: no answer from the resolver "
+                           "within 0.05 s"] * LOOKUPS_WAITING
+    assert errors[-1] == (f"cannot resolve the host: {LOOKUPS_WAITING} lookups are still "
+                          "waiting on the resolver")
+    assert len(waiting) >= LOOKUPS_WAITING
+    wait_until(lambda: not any(t.name == "name-lookup" for t in threading.enumerate()))
+    after = sender.send("http://hooks.example/in", webhooks.new_secret(), "msg_x", "{}")
+    sender.close()
+    assert after.outcome.error == "cannot resolve the host: the resolver gave up"
+
+
+def test_a_try_that_fails_in_an_unforeseen_way_is_recorded_as_a_failed_try():
+    """Whatever the HTTP client raises ends as a failed try with its error (retried, then out
+    of time after the give-up), never as an event that no try is ever recorded for."""
+    sender = Sender(LOOPBACK, 1.0, resolve=lambda host, port: ["127.0.0.1"])
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("something nobody foresaw")
+
+    sender._client.stream = broken  # type: ignore[method-assign]
+    try:
+        sent = sender.send("http://hooks.example/in", webhooks.new_secret(), "msg_1", "{}")
+    finally:
+        sender.close()
+    assert sent.outcome.status_code is None and not sent.final
+    assert sent.outcome.error == "RuntimeError: something nobody foresaw"
 
 
 def test_no_connection_is_kept_alive_for_another_host_at_the_same_address():

@@ -75,8 +75,9 @@ def test_a_name_is_judged_by_every_address_it_resolves_to():
         return resolving[host]
 
     check_url("https://good.test/", CLOSED, resolve)
-    with pytest.raises(RefusedUrl, match=r"evil\.test resolves to 10\.0\.0\.5, a private address"):
+    with pytest.raises(RefusedUrl, match=r"evil\.test resolves to a private address") as refused:
         check_url("https://evil.test/", CLOSED, resolve)
+    assert "10.0.0.5" not in str(refused.value)  # a caller is not told the network's names
     check_url("https://unknown.test/", CLOSED, resolve)  # checked again when it is sent
 
 
@@ -153,3 +154,30 @@ def test_a_log_names_a_webhook_urls_origin_only():
 
     assert origin("https://hooks.example.com/t/abc?token=x") == "https://hooks.example.com"
     assert origin("http://[2001:db8::1]:8080/x?k=v") == "http://[2001:db8::1]:8080"
+
+
+@pytest.mark.parametrize("url", [
+    "https://example.com/a\u0001b", "https://example.com/\u0000", "https://example.com/\u007f",
+    "https://example.com/a b", "https://example.com/\u0085", "https://exa\tmple.com/",
+])
+def test_control_characters_and_white_space_are_refused(url):
+    with pytest.raises(RefusedUrl, match="white space or control characters"):
+        check_url(url, CLOSED)
+
+
+@pytest.mark.parametrize("url", ["http://a..b/", "https://" + "a" * 64 + ".example.com/"])
+def test_a_host_that_is_no_valid_name_is_refused_naming_it(url):
+    with pytest.raises(RefusedUrl, match="is not a valid host name"):
+        check_url(url, CLOSED, lambda host, port: ["93.184.216.34"])
+
+
+def test_an_international_host_name_is_kept_in_its_ascii_form():
+    """The form it is resolved and sent in (IDNA): a request's Host header is ASCII."""
+    target = check_url("https://münchen.example/hook?x=1", CLOSED,
+                       lambda host, port: ["93.184.216.34"])
+    assert target.url == "https://xn--mnchen-3ya.example/hook?x=1"
+    assert target.host == "xn--mnchen-3ya.example"
+    assert check_url("https://BÜCHER.example:8443/", CLOSED).url == (
+        "https://xn--bcher-kva.example:8443/")
+    ascii_url = "https://Hooks.Example.com/x"
+    assert check_url(ascii_url, CLOSED).url == ascii_url  # an ASCII URL as it was given
