@@ -66,11 +66,13 @@ def _ndjson(items: Iterable[dict[str, Any]]) -> Iterator[bytes]:
 
 def _csv(questions: dict[str, Any], items: Iterable[dict[str, Any]]) -> Iterator[bytes]:
     """The header, then one row per item (``decide.core.result_table``: a text cell that
-    would run as a spreadsheet formula quoted with ``'``), RFC 4180 quoted (CRLF line ends),
-    a chunk of rows at a time."""
+    would run as a spreadsheet formula quoted with ``'``), RFC 4180 quoting (CRLF line ends),
+    a chunk of rows at a time. Every text cell is in quotes, numbers bare: a spreadsheet
+    that splits cells at ``;`` or a tab (a comma-decimal locale) then never splits a text, so
+    no part of one (``b;=c``) starts a cell of its own as a formula."""
     parsed = parse_questions(questions, Collector())  # stored, so valid
     buffer = io.StringIO()
-    writer = csv.writer(buffer)
+    writer = csv.writer(buffer, quoting=csv.QUOTE_NONNUMERIC)
     writer.writerow(result_table.columns(parsed))
     for written, item in enumerate(items, start=1):
         writer.writerow(result_table.row(parsed, item))

@@ -140,3 +140,21 @@ def test_the_async_client_streams_csv_results(open_door):
 
     assert asyncio.run(read()) == open_door.client.get(
         f"/v1/batches/{batch_id}/results?format=csv").text
+
+
+def test_every_text_cell_is_quoted_so_no_separator_splits_one(open_door):
+    """A spreadsheet in a comma-decimal locale splits cells at ``;`` (or a tab): a text cell
+    unquoted would give ``b;=c``'s ``=c`` a cell of its own, run as a formula. Every text
+    cell is quoted, numbers are bare."""
+    batch_id = submit(open_door, [{"custom_id": 'x;=HYPERLINK("http://evil","x")',
+                                   "state": "s"}, {"custom_id": "tab\t=1", "state": "t"}])
+    text = open_door.client.get(f"/v1/batches/{batch_id}/results?format=csv").text
+    header_line, first_line, second_line = text.split("\r\n")[:3]
+    assert header_line.startswith('"custom_id","status","error_type","error_message",')
+    assert first_line.startswith('"x;=HYPERLINK(""http://evil"",""x"")","succeeded","",""')
+    assert second_line.startswith('"tab\t=1","succeeded"')
+    (row,) = csv.reader(io.StringIO(first_line, newline=""))
+    numbers = [cell for cell in row if cell.replace(".", "", 1).isdigit()]
+    assert numbers and all(f",{number}," in first_line + "," for number in numbers)
+    texts = [cell for cell in row if cell not in numbers]
+    assert all('"' + cell.replace('"', '""') + '"' in first_line for cell in texts)
