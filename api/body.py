@@ -112,7 +112,7 @@ def parse_json(data: bytes | bytearray) -> Any:
         raise invalid("body", [], f"JSON decode error: {error}", "json_invalid") from error
     problem = plain_json_problem(value)
     if problem is not None:
-        raise invalid("body", [], problem)
+        raise invalid("body", list(problem.loc), problem.message)
     return value
 
 

@@ -225,5 +225,5 @@ def check_label_answers(raw: Any, questions: tuple[Question, ...]) -> dict[str, 
         raise InvalidRequest(errors=errors.errors)
     problem = plain_json_problem(raw)
     if problem is not None:
-        raise _refuse(("answers",), problem)
+        raise _refuse(("answers", *problem.loc), problem.message)
     return raw

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,36 +52,64 @@ class DecisionRequest:
 MAX_DEPTH = 200
 
 
-def plain_json_problem(value: Any) -> str | None:
-    """Why ``value`` cannot be carried as text through the service, or None.
+@dataclass(frozen=True)
+class JsonProblem:
+    """What cannot be carried (``message``) and where (``loc``: the keys and indices from the
+    top; the object itself for one of its keys)."""
+
+    loc: tuple[str | int, ...]
+    message: str
+
+
+def plain_json_problem(value: Any) -> JsonProblem | None:
+    """Why ``value`` cannot be carried as text through the service, and where, or None.
 
     JSON parsers let through what UTF-8 and our renderers cannot: unpaired surrogates
     (``"\\ud800"``), non-finite numbers (``1e999``) and nesting deep enough to exhaust
     recursion. Walked iteratively with one iterator per open container, so neither depth nor a
     million-element array costs more than the path to the current value.
     """
-    path: list[Iterator[Any]] = [iter((value,))]
-    while path:
-        item = next(path[-1], _DONE)
-        if item is _DONE:
-            path.pop()
+    problem = _scalar_problem(value)
+    if problem is not None or not isinstance(value, (dict, list)):
+        return None if problem is None else JsonProblem((), problem)
+    open_containers: list[Iterator[tuple[Any, Any, bool]]] = [_entries(value)]
+    at: list[str | int] = []  # the key of each open container but the top one
+    while open_containers:
+        entry = next(open_containers[-1], None)
+        if entry is None:
+            open_containers.pop()
+            if at:
+                at.pop()
             continue
-        if len(path) > MAX_DEPTH:
-            return f"the body nests deeper than {MAX_DEPTH} levels"
-        if isinstance(item, str):
-            if not item.isascii() and not _encodable(item):
-                return "the body holds a string with an unpaired surrogate (not valid Unicode)"
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return "the body holds a number too large to represent"
-        elif isinstance(item, dict):
-            path.append(itertools.chain(item.keys(), item.values()))
-        elif isinstance(item, list):
-            path.append(iter(item))
+        if len(open_containers) >= MAX_DEPTH:
+            return JsonProblem((), f"the body nests deeper than {MAX_DEPTH} levels")
+        key, item, is_key = entry
+        problem = _scalar_problem(item)
+        if problem is not None:
+            return JsonProblem(tuple(at) if is_key else (*at, key), problem)
+        if isinstance(item, (dict, list)) and not is_key:
+            open_containers.append(_entries(item))
+            at.append(key)
     return None
 
 
-_DONE = object()
+def _entries(container: dict[str, Any] | list[Any]) -> Iterator[tuple[Any, Any, bool]]:
+    """(key or index, value, whether the value is the key itself) of each member."""
+    if isinstance(container, list):
+        yield from ((index, item, False) for index, item in enumerate(container))
+        return
+    for key, item in container.items():
+        yield key, key, True
+        yield key, item, False
+
+
+def _scalar_problem(item: Any) -> str | None:
+    if isinstance(item, str):
+        if not item.isascii() and not _encodable(item):
+            return "the body holds a string with an unpaired surrogate (not valid Unicode)"
+    elif isinstance(item, float) and not math.isfinite(item):
+        return "the body holds a number too large to represent"
+    return None
 
 
 def _encodable(text: str) -> bool:
@@ -127,7 +154,7 @@ def parse_request(body: Any, *, blank_state_ok: bool = False) -> DecisionRequest
         raise_if_any(errors)
     problem = plain_json_problem(body)
     if problem is not None:
-        errors.add((), problem, "value_error")
+        errors.add(problem.loc, problem.message, "value_error")
         raise_if_any(errors)
     model = body.get("model")
     if model is not None and not isinstance(model, str):

@@ -140,7 +140,8 @@ def parse_rerank(body: Any) -> RerankRequest:
         raise InvalidRequest(errors=errors.errors)
     problem = plain_json_problem(body)
     if problem is not None:
-        raise InvalidRequest(errors=[*errors.errors, *_one(problem)])
+        errors.add(problem.loc, problem.message)
+        raise InvalidRequest(errors=errors.errors)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         errors.add(("model",), f"model must be a string or null, not {json_kind(model)}",
@@ -164,12 +165,6 @@ def parse_rerank(body: Any) -> RerankRequest:
     return RerankRequest(query=query, documents=documents, model=model, top_n=top_n,
                          return_documents=bool(returned), question=question, taught=taught,
                          max_tokens_per_doc=max_tokens)
-
-
-def _one(problem: str) -> list[Any]:
-    errors = Collector()
-    errors.add((), problem)
-    return errors.errors
 
 
 def rerank_state(query: str) -> str:

@@ -131,3 +131,20 @@ def test_noul_criteria_null_values_count_as_absent():
                                "criteria": {"true": None, "false": "no way"}}))
     assert request.questions[0].when_true is None
     assert request.questions[0].when_false == "no way"
+
+
+@pytest.mark.parametrize("body, loc", [
+    ({"state": ["a", "\ud800"], "questions": {"q": GOOD}}, ["body", "state", 1]),
+    ({"state": {"k": [1, {"deep": float("inf")}]}, "questions": {"q": GOOD}},
+     ["body", "state", "k", 1, "deep"]),
+    ({"state": "s", "questions": {"q": {**GOOD, "instructions": "x\udc00"}}},
+     ["body", "questions", "q", "instructions"]),
+    ({"state": {"bad \ud800 key": 1}, "questions": {"q": GOOD}}, ["body", "state"]),
+    ({"state": float("-inf"), "questions": {"q": GOOD}}, ["body", "state"]),
+])
+def test_a_value_no_text_can_carry_is_named_where_it_is(body, loc):
+    """An unpaired surrogate or a number past a float's range: the 422 names the value's
+    place (a bad key: the object holding it), not just the body."""
+    (error,) = errors_of(body)
+    assert error["loc"] == loc
+    assert "unpaired surrogate" in error["msg"] or "too large" in error["msg"]
