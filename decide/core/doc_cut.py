@@ -4,7 +4,8 @@ becomes a row.
 The tokens are the model's own, counted on the document alone. A document over the limit is
 cut to its longest prefix of at most N tokens that ends where a run of whitespace begins (a
 whole word, never half of one); where not even the first word fits, to its longest prefix of
-at most N tokens at any character, and never to nothing (its first character stays). Pure:
+at most N tokens at any character, and never to nothing (its first character stays). A cut
+document's leading whitespace is dropped first, so a cut is never blank. Pure:
 the counting is handed in, so the front door cuts with the model's tokenizer and the tests
 with any.
 """
@@ -23,6 +24,8 @@ def cut_to_tokens(text: str, limit: int, count: Count) -> str:
     over = _prefix_over(text, limit, count)
     if over == len(text) and count(text) <= limit:
         return text
+    text = text.lstrip()  # a cut never keeps only the blank a document opens with
+    over = _prefix_over(text, limit, count)
     words = [match.start() for match in _SPACE.finditer(text, 0, over) if match.start() > 0]
     cut = _longest_fitting(text, words, limit, count)
     if cut == 0:

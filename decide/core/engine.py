@@ -216,14 +216,16 @@ class DecisionEngine:
             raise RequestTooLarge(
                 f"the request needs {rows:,} rows and at most {self.limits.max_rows:,} are "
                 f"allowed ({ROWS_RULE[self.profile.readout]})")
-        tokens = PlanTokens(self._tokenizer, self.row_limit, self.limits.max_request_row_tokens)
+        # a rerank is bounded by its documents, each within the row limit, not by the total
+        total_limit = sys.maxsize if is_rerank(request) else self.limits.max_request_row_tokens
+        tokens = PlanTokens(self._tokenizer, self.row_limit, total_limit)
         try:
             text = self._state_text(request.state, tokens)
             plan = self._rerank_priors(self._builder(tokens).plan(text, request.questions),
                                        request, tokens)
         except TooLong as long:
             raise RequestTooLarge(self._too_long(long, request.questions)) from None
-        self._check_tokens(plan)
+        self._check_tokens(plan, total_limit)
         return plan
 
     def _rerank_priors(self, plan: RowPlan, request: DecisionRequest,
@@ -279,14 +281,14 @@ class DecisionEngine:
                 return question.id
         return None
 
-    def _check_tokens(self, plan: RowPlan) -> None:
+    def _check_tokens(self, plan: RowPlan, total_limit: int) -> None:
         longest, length = max(plan.row_lengths(), key=lambda pair: pair[1])
         if length > self.row_limit:
             raise RequestTooLarge(
                 f"the row of question {longest.question_id!r} is {length:,} tokens; "
                 f"{self._row_rule()}")
         total = plan.row_token_total
-        if total > self.limits.max_request_row_tokens:
+        if total > total_limit:
             raise RequestTooLarge(
                 f"the request's rows hold {total:,} tokens in all (the state counted in every "
                 f"row) and at most {self.limits.max_request_row_tokens:,} are allowed")

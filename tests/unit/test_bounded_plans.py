@@ -14,6 +14,7 @@ from decide.core.errors import RequestTooLarge
 from decide.core.profile import Profile
 from decide.core.protocol import parse_request
 from decide.core.render import CHUNK_CHARS, render_state, state_text
+from decide.core.rerank import RERANK_FIELD, RerankRequest, decision_body
 from tests.fakes import FakeTokenizer, RecordingReader
 
 
@@ -138,3 +139,15 @@ def test_tokens_past_the_request_limit_stop_the_plan():
     with pytest.raises(RequestTooLarge, match=r"more than 20,000 tokens in all"):
         engine(FakeTokenizer(), request_tokens=20_000).plan(parse_request({
             "state": "s", "questions": questions}))
+
+
+def test_a_rerank_is_bounded_by_its_documents_not_by_the_request_total():
+    """Up to 1,000 documents, each within the row limit (issue 25): a rerank whose rows hold
+    more tokens in all than a request may is planned, the same questions unmarked are not."""
+    body = decision_body(RerankRequest(query="q", documents=tuple(
+        "x" * 600 for _ in range(40))))
+    rerank = engine(FakeTokenizer(), request_tokens=20_000).plan(parse_request(body))
+    assert rerank.row_token_total > 20_000
+    with pytest.raises(RequestTooLarge, match=r"more than 20,000 tokens in all"):
+        engine(FakeTokenizer(), request_tokens=20_000).plan(parse_request(
+            {key: value for key, value in body.items() if key != RERANK_FIELD}))

@@ -49,3 +49,12 @@ def test_a_huge_document_is_counted_about_twice_its_cut_never_whole():
 
     assert words(cut_to_tokens(text, 100, counting)) == 100
     assert max(counted) <= 2 * 4 * 100 * 2 and len(counted) < 40  # never the whole text
+
+
+def test_a_cut_document_is_never_left_blank():
+    """A document that opens with blank lines: its cut starts at its first word, so it is
+    never whitespace alone (one newline fits one character's token)."""
+    text = "\n\n" + "x" * 50
+    assert cut_to_tokens(text, 1, characters) == "x"
+    assert cut_to_tokens("\n\n  alpha beta gamma", 2, words) == "alpha beta"
+    assert cut_to_tokens("  within", 5, characters) == "withi"
