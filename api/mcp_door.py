@@ -3,10 +3,12 @@
 A call without a valid key is answered 401 before the MCP session manager sees it, in the
 shape of every other 401. A keyed call's body is read here, bounded as every route's is
 (``api.body.read_raw``: over ``MAX_BODY_BYTES``, declared or streamed, is the same 413
-``request_too_large``), and handed to the manager as read: the SDK itself would read any
-size. The tools act as the key's owner through the routes' own functions (``accept``,
-``wait_finished``, ``owned_job``), so a job a tool creates belongs to that key and is read,
-listed and billed like one created over ``POST /v1/jobs``.
+``request_too_large``), and handed to the manager as read, with the SDK's own cap (4 MiB by
+default) raised to the same bound. Only POST reaches the manager: stateless, it has no
+stream a GET could open nor a session a DELETE could end, so both are 405s. The tools act
+as the key's owner through the routes' own functions (``accept``, ``wait_finished``,
+``owned_job``), so a job a tool creates belongs to that key and is read, listed and billed
+like one created over ``POST /v1/jobs``.
 
 The session manager is stateless (each POST is its own session, answered as JSON), so any of
 several front-door processes can answer any call. It is made on the first ``/mcp`` call and
@@ -34,16 +36,15 @@ from decide.api import mcp_tools
 from decide.api.body import read_raw
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError, not_found
-from decide.api.mcp_tools import ToolFailure
+from decide.api.mcp_tools import ToolFailure, job_field_named
 from decide.api.rerank import rerank
 from decide.api.submit import accept, owned_job
 from decide.api.views import job_view, sync_response
-from decide.api.waiting import wait_finished
+from decide.api.waiting import wait_as_sync_caller, wait_finished
 from decide.api.webhook_fields import job_url, shown, webhook_url, with_signing_secret
-from decide.core.errors import RequestTooLarge
+from decide.core.errors import InvalidRequest, RequestTooLarge
 from decide.core.protocol import MAX_BODY_BYTES
-from decide.store import jobs, submission
-from decide.store.db import DATABASE_AWAY
+from decide.store import jobs
 
 PATH = "/mcp"
 OWNER_STATE = "decide_owner"
@@ -61,14 +62,7 @@ class FrontDoorTools:
         """As ``POST /v1/systemone``: a job the call waits for, up to the sync wait."""
         accepted = await run_in_threadpool(accept, self.ctx, owner=self.owner, body=body,
                                            priority=priority, sync_call=True)
-        job = accepted.job
-        try:
-            finished = await wait_finished(self.ctx, job.id, self.owner,
-                                           self.ctx.settings.sync_wait_seconds)
-        finally:
-            with contextlib.suppress(*DATABASE_AWAY):
-                await run_in_threadpool(submission.leave_sync_waiter, self.ctx.db, job.id)
-        job = finished or job
+        job = await wait_as_sync_caller(self.ctx, accepted.job.id, self.owner) or accepted.job
         if job.status == jobs.SUCCEEDED:
             return sync_response(job)
         if not job.finished:
@@ -89,11 +83,15 @@ class FrontDoorTools:
         """As ``POST /v1/jobs``: its finish announced to the key's webhooks, and to
         ``x_webhook`` (its secret shown once, when this call made it)."""
         url = await run_in_threadpool(webhook_url, self.ctx, job.webhook)
-        accepted, secret = await run_in_threadpool(
-            with_signing_secret, self.ctx, self.owner, url,
-            lambda: accept(self.ctx, owner=self.owner, body=job.body, priority=job.priority,
-                           metadata=job.metadata, idempotency_key=job.idempotency_key,
-                           notify=True, webhook_url=url), job_url)
+        try:
+            accepted, secret = await run_in_threadpool(
+                with_signing_secret, self.ctx, self.owner, url,
+                lambda: accept(self.ctx, owner=self.owner, body=job.body,
+                               priority=job.priority, metadata=job.metadata,
+                               idempotency_key=job.idempotency_key, notify=True,
+                               webhook_url=url), job_url)
+        except InvalidRequest as error:
+            raise ToolFailure(f"invalid arguments: {job_field_named(str(error))}") from error
         return {**job_view(accepted.job), **shown(accepted.job.webhook_url, secret)}
 
     async def get_job(self, job_id: str, wait: float | None) -> dict[str, Any]:
@@ -144,31 +142,34 @@ class McpSessions:
         self._wanted.set()
         await self._ready.wait()
         if self._manager is None:
-            raise RuntimeError(f"the MCP session manager could not start: {self._failure}")
+            raise RuntimeError(f"MCP is unavailable: {self._failure}")
         return self._manager
 
     async def _serve_when_asked(self) -> None:
         assert self._wanted is not None and self._ready is not None
         assert self._stopping is not None
         await self._wanted.wait()
-        if self._stopping.is_set():
-            return
         try:
+            if self._stopping.is_set():
+                raise RuntimeError("the front door is stopping")
             manager = await anyio.to_thread.run_sync(self._make)
             async with manager.run():
                 self._manager = manager
                 self._ready.set()
                 await self._stopping.wait()
+            raise RuntimeError("the front door is stopping")
         except Exception as error:  # said to every call that waits, never crashing the app
             self._failure = error
         finally:
+            self._manager = None  # a call that comes after the manager stopped is refused
             self._ready.set()
 
     def _make(self) -> Any:
         sdk = importlib.import_module("mcp.server.streamable_http_manager")
         server = importlib.import_module("decide.api.mcp_server")
         return sdk.StreamableHTTPSessionManager(server.build_server(tools_of, self._model_names),
-                                                stateless=True, json_response=True)
+                                                stateless=True, json_response=True,
+                                                max_request_body_size=MAX_BODY_BYTES)
 
 
 class McpDoor:
@@ -195,7 +196,11 @@ class McpDoor:
         except ClientDisconnect:  # the caller left mid-body: nobody reads an answer
             return
         scope.setdefault("state", {})[OWNER_STATE] = owner
-        manager = await self.sessions.manager()
+        try:
+            manager = await self.sessions.manager()
+        except RuntimeError as unavailable:  # not started, or stopped with the front door
+            await _refusal(503, "unavailable_error", str(unavailable))(scope, receive, send)
+            return
         await manager.handle_request(scope, replaying(body, receive), send)
 
 
@@ -222,5 +227,5 @@ def install_mcp(app: FastAPI, model_names: list[str]) -> McpSessions:
     (``async with sessions.running()``: ``launch.common.app_for`` does)."""
     sessions = McpSessions(model_names)
     app.router.routes.append(Route(PATH, endpoint=McpDoor(sessions),
-                                   methods=["GET", "POST", "DELETE"]))
+                                   methods=["POST"]))
     return sessions

@@ -63,7 +63,7 @@ async def dispatch(backend: Backend, name: str, arguments: Any) -> dict[str, Any
     if name == mcp_tools.SUBMIT_JOB.name:
         return await backend.submit_job(await _checked(mcp_tools.job_arguments, arguments))
     if name == mcp_tools.GET_JOB.name:
-        return await backend.get_job(*mcp_tools.get_job_arguments(arguments))
+        return await backend.get_job(*await _checked(mcp_tools.get_job_arguments, arguments))
     raise ToolFailure(f"unknown tool {name!r}: the tools are "
                       f"{', '.join(spec.name for spec in mcp_tools.TOOLS)}")
 
@@ -97,7 +97,7 @@ def tool_error(text: str) -> types.CallToolResult:
 def tool_answer(answer: dict[str, Any]) -> types.CallToolResult:
     """The answer twice, as MCP asks: JSON text for any client, and structured content that
     the tool's output schema describes."""
-    text = json.dumps(answer, ensure_ascii=False)
+    text = json.dumps(answer, ensure_ascii=False, allow_nan=False)  # strict JSON, as HTTP's
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
                                 structured_content=answer)
 

@@ -25,7 +25,7 @@ from decide.api.schemas import (
     model_property,
 )
 from decide.api.submit import checked_metadata, checked_priority
-from decide.core.protocol import FOREGROUND, MAX_WAIT_SECONDS, parse_request
+from decide.core.protocol import FOREGROUND, MAX_WAIT_SECONDS, parse_request, plain_json_problem
 from decide.core.rerank import MAX_DOCUMENTS, parse_rerank
 
 IDEMPOTENCY_KEY_MAX = 255
@@ -103,15 +103,31 @@ def output_schema(spec: ToolSpec) -> dict[str, Any] | None:
 
 
 def _object(arguments: Any) -> dict[str, Any]:
+    """The arguments, a JSON object every value of which text can carry: the SDK parses a
+    call leniently (``NaN``, ``1e999``), where the HTTP API's strict JSON would refuse it."""
     if not isinstance(arguments, dict):
-        raise invalid("arguments", [], "the arguments must be a JSON object", "dict_type")
+        raise invalid("arguments", ["arguments"], "the arguments must be a JSON object",
+                      "dict_type")
+    problem = plain_json_problem(arguments)
+    if problem is not None:
+        raise invalid("arguments", list(problem.loc) or ["arguments"], problem.message)
     return arguments
+
+
+def _no_webhook(body: dict[str, Any], tool: str) -> None:
+    """``decide`` and ``rerank`` answer with the result: a webhook would never be called, so
+    ``x_webhook`` is refused (as a sync call over HTTP refuses it) rather than dropped."""
+    if body.get("x_webhook") is not None:
+        raise invalid("arguments", ["x_webhook"], f"x_webhook is taken by submit_job (over "
+                      f"HTTP, by a call with Prefer: respond-async); {tool} answers with its "
+                      "result", "value_error")
 
 
 def decide_request(arguments: Any) -> tuple[dict[str, Any], str]:
     """(the System One body, its lane) of ``decide``'s arguments, checked as
     ``POST /v1/systemone`` checks its body."""
     body = _object(arguments)
+    _no_webhook(body, DECIDE.name)
     priority = checked_priority(body.get("x_priority", FOREGROUND), "x_priority")
     parse_request(body)
     return body, priority
@@ -120,8 +136,15 @@ def decide_request(arguments: Any) -> tuple[dict[str, Any], str]:
 def rerank_arguments(arguments: Any) -> dict[str, Any]:
     """``rerank``'s arguments, checked as ``POST /v1/rerank`` checks its body."""
     body = _object(arguments)
+    _no_webhook(body, RERANK.name)
     parse_rerank(body)
     return body
+
+
+def job_field_named(text: str) -> str:
+    """A refusal of ``POST /v1/jobs`` in ``submit_job``'s words: its ``Idempotency-Key``
+    header is the tool's ``idempotency_key`` argument."""
+    return text.replace("Idempotency-Key", "idempotency_key")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError, invalid, not_found
 from decide.api.submit import Accepted, accept
-from decide.api.waiting import wait_finished
+from decide.api.waiting import wait_as_sync_caller
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.core.protocol import FOREGROUND
 from decide.core.rerank import (
@@ -139,7 +139,6 @@ async def rerank(ctx: ApiContext, owner: str, body: Any) -> dict[str, Any]:
                       "(POST /v1/rerank with Prefer: respond-async); this call is answered "
                       "with its ranking", "value_error")
     accepted = await run_in_threadpool(submit_rerank, ctx, owner=owner, request=request,
-                                       sync_call=False)
-    wait = ctx.settings.sync_wait_seconds
-    finished = await wait_finished(ctx, accepted.job.id, owner, wait)
-    return rerank_answer(finished or accepted.job, request, wait)
+                                       sync_call=True)
+    finished = await wait_as_sync_caller(ctx, accepted.job.id, owner)
+    return rerank_answer(finished or accepted.job, request, ctx.settings.sync_wait_seconds)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from starlette.concurrency import run_in_threadpool
 
 from decide.api.context import ApiContext
-from decide.store import job_reads, jobs
+from decide.store import job_reads, jobs, submission
 from decide.store.db import DATABASE_AWAY
 from decide.transport.events import JobEvents
 
@@ -119,3 +119,15 @@ async def wait_finished(ctx: ApiContext, job_id: str, owner: str,
                 fresh_since = loop.time()  # woken: only a read from now on will do
             except TimeoutError:
                 fresh_since = loop.time() - SHARED_READ_SECONDS
+
+
+async def wait_as_sync_caller(ctx: ApiContext, job_id: str,
+                              owner: str) -> jobs.JobRecord | None:
+    """``wait_finished`` for the sync wait as one of the job's sync waiters (submitted with
+    ``sync_call``), leaving as one however the wait ends. A waiter left counted (the database
+    away) only spares the job from being cancelled."""
+    try:
+        return await wait_finished(ctx, job_id, owner, ctx.settings.sync_wait_seconds)
+    finally:
+        with contextlib.suppress(*DATABASE_AWAY):
+            await run_in_threadpool(submission.leave_sync_waiter, ctx.db, job_id)

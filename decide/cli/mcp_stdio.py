@@ -12,22 +12,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import asdict
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 from mcp.server.stdio import stdio_server
 
 from decide.api import mcp_tools
 from decide.api.mcp_server import Backend, ToolFailure, build_server
-from decide.client import AsyncClient, Job
+from decide.client import AsyncClient
 from decide.client.errors import APIError, InvalidRequestError
-
-
-def job_wire(job: Job) -> dict[str, Any]:
-    """The client's job as the wire carries it (``object`` after ``id``)."""
-    fields = asdict(job)
-    return {"id": fields.pop("id"), "object": "job", **fields}
 
 
 def refused(error: APIError) -> ToolFailure:
@@ -77,14 +71,20 @@ class RemoteTools:
             answer, _ = await self.client._call("POST", "/v1/jobs", json_body=body,
                                                 headers=headers)
         except APIError as error:
-            raise refused(error) from error
+            raise ToolFailure(mcp_tools.job_field_named(str(refused(error)))) from error
         return answer
 
     async def get_job(self, job_id: str, wait: float | None) -> dict[str, Any]:
+        """``GET /v1/jobs/{id}``'s answer as it came (``x_webhook`` included, which the
+        client's ``Job`` leaves out); the id escaped, so it names one job whatever it holds."""
+        params = {"wait": wait} if wait else None
         try:
-            return job_wire(await self.client.job(job_id, wait=wait))
+            answer, _ = await self.client._call("GET", f"/v1/jobs/{quote(job_id, safe='')}",
+                                                params=params,
+                                                timeout=(wait or 0) + self.client.timeout)
         except APIError as error:
             raise refused(error) from error
+        return answer
 
 
 async def serve(backend: Backend, model_names: list[str] | None = None) -> None:

@@ -136,6 +136,13 @@ def check(answers: dict[str, Any], served: dict[str, Any]) -> None:
     assert answers["hook"].startswith("invalid arguments: x_webhook"), answers["hook"]
 
 
+def as_http_shows_it(server: Server, job: dict[str, Any]) -> bool:
+    """get_job answered the job as ``GET /v1/jobs/{id}`` does, every field (none dropped by a
+    client's typed view)."""
+    with server.client(ALPHA) as alpha:
+        return alpha.get(f"/v1/jobs/{job['id']}").json() == job
+
+
 def owned_by_alpha(server: Server, job_id: str) -> bool:
     with server.client(ALPHA) as alpha, server.client(BETA) as beta:
         return (alpha.get(f"/v1/jobs/{job_id}").status_code == 200
@@ -155,6 +162,7 @@ def test_over_streamable_http_keyed(server, served):
     check(answers, served)
     assert owned_by_alpha(server, answers["submit_job"]["id"])
     assert owned_by_alpha(server, answers["decide"]["x_job_id"])
+    assert as_http_shows_it(server, answers["get_job"])
 
 
 def test_an_unkeyed_or_wrongly_keyed_http_call_is_refused(server):
@@ -179,6 +187,7 @@ def test_over_stdio_through_the_service(server, served):
     answers = run(lambda: over_stdio("--url", server.url, key=ALPHA), with_x_fields)
     check(answers, served)
     assert owned_by_alpha(server, answers["submit_job"]["id"])
+    assert as_http_shows_it(server, answers["get_job"])
     with server.client(ALPHA) as client:  # the whole body was sent, x_rerank included
         reread = client.get(f"/v1/rerank/{answers['marked']['x_job_id']}")
     assert reread.status_code == 200, reread.text

@@ -9,6 +9,10 @@ from __future__ import annotations
 import json
 from itertools import count
 
+import anyio
+import pytest
+
+from decide.api.mcp_door import McpSessions
 from decide.core.protocol import MAX_BODY_BYTES
 from decide.store import outbox
 from tests.app.conftest import KEYS
@@ -20,9 +24,10 @@ _ids = count(1)
 
 
 def rpc(door, method: str, params: dict | None = None, key: str | None = ALPHA):
-    headers = {**ACCEPT, **(door.keyed(key) if key else {})}
+    headers = {**ACCEPT, **(door.keyed(key) if key else {}), "Content-Type": "application/json"}
     message = {"jsonrpc": "2.0", "id": next(_ids), "method": method, "params": params or {}}
-    return door.client.post("/mcp", headers=headers, json=message)
+    # json.dumps writes NaN and Infinity as a lenient client would (httpx's json= refuses)
+    return door.client.post("/mcp", headers=headers, content=json.dumps(message))
 
 
 def call(door, tool: str, arguments: dict, key: str = ALPHA) -> dict:
@@ -108,6 +113,12 @@ def test_a_bad_argument_is_a_tool_error_naming_the_field(front_door):
         ("get_job", "id"): {"wait": 1},
         ("rerank", "documents"): {"query": "q", "documents": []},
         ("rerank", "top_n"): {"query": "q", "documents": ["d"], "top_n": 0},
+        ("decide", "x_webhook"): {"state": "s", "questions": {"r": NOUL},
+                                  "x_webhook": {"url": "https://hooks.example.com/h"}},
+        # the SDK parses NaN and 1e999 where HTTP's strict JSON refuses them
+        ("submit_job", "metadata.a"): {"state": "s", "questions": {"r": NOUL},
+                                       "metadata": {"a": float("nan")}},
+        ("decide", "state.0"): {"state": [float("inf")], "questions": {"r": NOUL}},
     }
     for (tool, field), arguments in cases.items():
         result = call(front_door, tool, arguments)
@@ -247,3 +258,52 @@ def test_the_rerank_tool_refuses_a_webhook_it_would_never_call(front_door):
     assert refused["isError"] is True
     assert refused["content"][0]["text"].startswith("invalid arguments: x_webhook: "), refused
     assert "Prefer: respond-async" in refused["content"][0]["text"]
+
+
+def test_a_body_over_the_sdks_own_cap_but_within_the_services_reaches_the_tools(front_door):
+    """The SDK caps a body at 4 MiB unless told otherwise; the door's bound (32 MiB, every
+    route's) is the one that holds."""
+    headers = {**ACCEPT, **front_door.keyed(ALPHA), "Content-Type": "application/json"}
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+               "params": {"_meta": {"pad": "x" * (5 * 1024 * 1024)}}}
+    listed = front_door.client.post("/mcp", headers=headers, content=json.dumps(message))
+    assert listed.status_code == 200, listed.text[:300]
+    assert len(listed.json()["result"]["tools"]) == 4
+
+
+def test_only_post_reaches_the_stateless_sessions(front_door):
+    """A GET would open a stream nothing is ever sent on; a DELETE has no session to end."""
+    for method in ("GET", "DELETE"):
+        refused = front_door.client.request(method, "/mcp",
+                                            headers={**ACCEPT, **front_door.keyed(ALPHA)})
+        assert refused.status_code == 405, (method, refused.text)
+        assert refused.json()["detail"]["error_type"] == "method_not_allowed"
+
+
+def test_an_idempotency_conflict_names_the_tools_own_argument(front_door):
+    arguments = {"state": "s", "questions": {"r": NOUL}, "idempotency_key": "k-1"}
+    assert call(front_door, "submit_job", arguments)["isError"] is False
+    conflict = call(front_door, "submit_job", {**arguments, "state": "another state"})
+    assert conflict["isError"] is True
+    text = conflict["content"][0]["text"]
+    assert text.startswith("invalid arguments: idempotency_key: this idempotency_key was "
+                           "used"), text
+
+
+@pytest.mark.parametrize("started", [False, True])
+def test_a_call_after_the_sessions_stopped_is_refused_not_left_waiting(started):
+    """The front door stopping (its lifespan ending) before or after the manager started: a
+    late call is told MCP is unavailable (a 503 at the door), never left waiting for ever nor
+    handed a stopped manager."""
+    sessions = McpSessions(["gemma-3-270m"])
+
+    async def main() -> None:
+        async with sessions.running():
+            if started:
+                assert await sessions.manager() is not None
+        with anyio.fail_after(5), pytest.raises(RuntimeError,
+                                                match="MCP is unavailable: the front door is "
+                                                      "stopping"):
+            await sessions.manager()
+
+    anyio.run(main)

@@ -64,7 +64,8 @@ def test_a_bad_argument_is_described_as_the_http_api_describes_it():
     with pytest.raises(InvalidRequest) as rerank:
         parse_rerank(bad_rerank)
     assert message(mcp_tools.rerank_arguments, bad_rerank) == str(rerank.value)
-    assert message(mcp_tools.decide_request, [1]) == "body: the arguments must be a JSON object"
+    assert message(mcp_tools.decide_request, [1]) == (
+        "arguments: the arguments must be a JSON object")
     cases = {
         "x_priority: priority must be 'foreground' or 'background'": (
             mcp_tools.decide_request, {"state": "s", "questions": {"r": NOUL},
