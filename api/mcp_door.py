@@ -57,12 +57,16 @@ class FrontDoorTools:
 
     ctx: ApiContext
     owner: str
+    request: Request | None = None
+    """The call's HTTP request: a caller that leaves mid-wait stops waiting, as a route's."""
 
     async def decide(self, body: dict[str, Any], priority: str) -> dict[str, Any]:
-        """As ``POST /v1/systemone``: a job the call waits for, up to the sync wait."""
+        """As ``POST /v1/systemone``: a job the call waits for, up to the sync wait (a job
+        nobody waits on any more, its caller gone, is cancelled if it has not started)."""
         accepted = await run_in_threadpool(accept, self.ctx, owner=self.owner, body=body,
                                            priority=priority, sync_call=True)
-        job = await wait_as_sync_caller(self.ctx, accepted.job.id, self.owner) or accepted.job
+        job = await wait_as_sync_caller(self.ctx, accepted.job.id, self.owner,
+                                        self.request) or accepted.job
         if job.status == jobs.SUCCEEDED:
             return sync_response(job)
         if not job.finished:
@@ -77,7 +81,7 @@ class FrontDoorTools:
 
     async def rerank(self, body: dict[str, Any]) -> dict[str, Any]:
         """As ``POST /v1/rerank``: the route's own function."""
-        return await rerank(self.ctx, self.owner, body)
+        return await rerank(self.ctx, self.owner, body, self.request)
 
     async def submit_job(self, job: mcp_tools.JobArguments) -> dict[str, Any]:
         """As ``POST /v1/jobs``: its finish announced to the key's webhooks, and to
@@ -107,7 +111,8 @@ def tools_of(request: Request | None) -> FrontDoorTools:
     """The backend of one call: the app's context, as the owner the door authenticated."""
     if request is None:  # the door only ever hands the manager HTTP requests
         raise ToolFailure("internal_error: an MCP call reached the front door without HTTP")
-    return FrontDoorTools(ctx=request.app.state.context, owner=getattr(request.state, OWNER_STATE))
+    return FrontDoorTools(ctx=request.app.state.context, owner=getattr(request.state, OWNER_STATE),
+                          request=request)
 
 
 class McpSessions:

@@ -22,6 +22,7 @@ from mcp.server.lowlevel import Server
 from decide.api import mcp_tools
 from decide.api.errors import ApiError
 from decide.api.mcp_tools import ToolFailure
+from decide.api.waiting import CallerLeft
 from decide.core.errors import ConfigError, InvalidRequest, RequestTooLarge
 from decide.store.db import DATABASE_AWAY
 
@@ -86,6 +87,8 @@ def describe_failure(error: Exception) -> str | None:
         return "unavailable_error: the job store is unreachable for a moment; try again"
     if isinstance(error, ToolFailure):
         return str(error)
+    if isinstance(error, CallerLeft):  # nobody reads it: said for the log of a client's side
+        return f"cancelled: {error}"
     return None
 
 

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError, invalid, not_found
@@ -128,11 +129,13 @@ def owned_rerank(ctx: ApiContext, job_id: str,
     return job, request
 
 
-async def rerank(ctx: ApiContext, owner: str, body: Any) -> dict[str, Any]:
+async def rerank(ctx: ApiContext, owner: str, body: Any,
+                 http_request: Request | None = None) -> dict[str, Any]:
     """A rerank body (Cohere's v2 shape) to Cohere's response: checked, decoded as one
     foreground job the call waits for (up to the sync wait), as ``POST /v1/rerank`` does.
     The answer is in the caller's hand, so ``x_webhook`` is refused (422), as on a sync
-    ``POST /v1/rerank``."""
+    ``POST /v1/rerank``. ``http_request``: the call's, when it has one (the MCP door's): a
+    caller that leaves stops waiting, as a route's does (``CallerLeft``)."""
     request = await run_in_threadpool(parse_rerank, body)  # in a thread: it walks the body
     if body.get("x_webhook") is not None:
         raise invalid("body", ["x_webhook"], "x_webhook is taken only by an async rerank "
@@ -140,5 +143,5 @@ async def rerank(ctx: ApiContext, owner: str, body: Any) -> dict[str, Any]:
                       "with its ranking", "value_error")
     accepted = await run_in_threadpool(submit_rerank, ctx, owner=owner, request=request,
                                        sync_call=True)
-    finished = await wait_as_sync_caller(ctx, accepted.job.id, owner)
+    finished = await wait_as_sync_caller(ctx, accepted.job.id, owner, http_request)
     return rerank_answer(finished or accepted.job, request, ctx.settings.sync_wait_seconds)

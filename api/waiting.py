@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 
+from decide import metrics
 from decide.api.context import ApiContext
 from decide.store import job_reads, jobs, submission
 from decide.store.db import DATABASE_AWAY
@@ -121,13 +123,59 @@ async def wait_finished(ctx: ApiContext, job_id: str, owner: str,
                 fresh_since = loop.time() - SHARED_READ_SECONDS
 
 
-async def wait_as_sync_caller(ctx: ApiContext, job_id: str,
-                              owner: str) -> jobs.JobRecord | None:
+LEFT_GRACE_SECONDS = 3.0
+"""How long a job whose sync caller went away waits for the caller's retry to join it before
+it is cancelled (if it has not started)."""
+DISCONNECT_CHECK_SECONDS = 0.5
+
+
+async def wait_while_connected(ctx: ApiContext, request: Request, job_id: str,
+                               owner: str) -> tuple[bool, jobs.JobRecord | None]:
+    """(still connected, the job once finished or at the sync wait's end, as
+    ``wait_finished``); (False, None) when the caller disconnected first. A caller that leaves
+    stops being a waiter, and a job nobody waits on that has not started is cancelled after a
+    grace for the caller's retry."""
+    waiting = asyncio.ensure_future(
+        wait_finished(ctx, job_id, owner, ctx.settings.sync_wait_seconds))
+    try:
+        while not waiting.done():
+            await asyncio.wait({waiting}, timeout=DISCONNECT_CHECK_SECONDS)
+            if not waiting.done() and await request.is_disconnected():
+                waiting.cancel()
+                await run_in_threadpool(submission.leave_sync_waiter, ctx.db, job_id)
+                await asyncio.sleep(LEFT_GRACE_SECONDS)
+                if await run_in_threadpool(submission.cancel_unwaited, ctx.db, job_id):
+                    job = await run_in_threadpool(job_reads.get_job, ctx.db, job_id)
+                    if job is not None:
+                        metrics.jobs_finished.labels(job.model, job.priority,
+                                                     jobs.CANCELLED).inc()
+                return False, None
+    except BaseException:
+        waiting.cancel()
+        raise
+    # a waiter left counted (the database away) only spares the job from being cancelled
+    with contextlib.suppress(*DATABASE_AWAY):
+        await run_in_threadpool(submission.leave_sync_waiter, ctx.db, job_id)
+    return True, waiting.result()
+
+
+class CallerLeft(Exception):
+    """The sync caller went away before the answer (nobody reads what it would have been)."""
+
+
+async def wait_as_sync_caller(ctx: ApiContext, job_id: str, owner: str,
+                              request: Request | None = None) -> jobs.JobRecord | None:
     """``wait_finished`` for the sync wait as one of the job's sync waiters (submitted with
-    ``sync_call``), leaving as one however the wait ends. A waiter left counted (the database
-    away) only spares the job from being cancelled."""
+    ``sync_call``), leaving as one however the wait ends. ``request`` given, as
+    ``wait_while_connected``: a caller that leaves raises ``CallerLeft``, and its job is
+    cancelled after the grace if nobody else waits on it and it has not started."""
+    if request is not None:
+        connected, job = await wait_while_connected(ctx, request, job_id, owner)
+        if not connected:
+            raise CallerLeft(f"the caller left before job {job_id} finished")
+        return job
     try:
         return await wait_finished(ctx, job_id, owner, ctx.settings.sync_wait_seconds)
-    finally:
+    finally:  # a waiter left counted (the database away) only spares the job from cancelling
         with contextlib.suppress(*DATABASE_AWAY):
             await run_in_threadpool(submission.leave_sync_waiter, ctx.db, job_id)

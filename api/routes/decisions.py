@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +10,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from decide import metrics
 from decide.api.body import read_json
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError
@@ -26,48 +23,11 @@ from decide.api.schemas import (
 )
 from decide.api.submit import Accepted, accept, checked_priority
 from decide.api.views import job_view, sync_response
-from decide.api.waiting import wait_finished
+from decide.api.waiting import wait_while_connected
 from decide.api.webhook_fields import async_webhook, shown, with_signing_secret
-from decide.store import job_reads, jobs, submission
-from decide.store.db import DATABASE_AWAY
+from decide.store import jobs
 
 router = APIRouter()
-
-
-LEFT_GRACE_SECONDS = 3.0
-"""How long a job whose sync caller went away waits for the caller's retry to join it before
-it is cancelled (if it has not started)."""
-DISCONNECT_CHECK_SECONDS = 0.5
-
-
-async def wait_while_connected(ctx: ApiContext, request: Request, job_id: str,
-                               owner: str) -> tuple[bool, jobs.JobRecord | None]:
-    """(still connected, the job once finished or at the sync wait's end, as
-    ``wait_finished``); (False, None) when the caller disconnected first. A caller that leaves
-    stops being a waiter, and a job nobody waits on that has not started is cancelled after a
-    grace for the caller's retry."""
-    waiting = asyncio.ensure_future(
-        wait_finished(ctx, job_id, owner, ctx.settings.sync_wait_seconds))
-    try:
-        while not waiting.done():
-            await asyncio.wait({waiting}, timeout=DISCONNECT_CHECK_SECONDS)
-            if not waiting.done() and await request.is_disconnected():
-                waiting.cancel()
-                await run_in_threadpool(submission.leave_sync_waiter, ctx.db, job_id)
-                await asyncio.sleep(LEFT_GRACE_SECONDS)
-                if await run_in_threadpool(submission.cancel_unwaited, ctx.db, job_id):
-                    job = await run_in_threadpool(job_reads.get_job, ctx.db, job_id)
-                    if job is not None:
-                        metrics.jobs_finished.labels(job.model, job.priority,
-                                                     jobs.CANCELLED).inc()
-                return False, None
-    except BaseException:
-        waiting.cancel()
-        raise
-    # a waiter left counted (the database away) only spares the job from being cancelled
-    with contextlib.suppress(*DATABASE_AWAY):
-        await run_in_threadpool(submission.leave_sync_waiter, ctx.db, job_id)
-    return True, waiting.result()
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,34 @@ def test_a_sync_call_whose_caller_left_before_it_started_is_cancelled(sharing_se
             busy.stop()
 
 
+@pytest.mark.parametrize("tool", ["decide", "rerank"])
+def test_an_mcp_call_whose_caller_left_before_it_started_is_cancelled(sharing_server, tool):
+    """The MCP tools wait as the routes do: an agent's client that gives up leaves its job
+    to nobody, and it is cancelled before it is decoded."""
+    text = f"MCP {tool} left early: where is my parcel?"
+    arguments = ({"state": text, "questions": QUESTION} if tool == "decide"
+                 else {"query": text, "documents": ["a parcel", "a refund"]})
+    state = text if tool == "decide" else f"Query: {text}"
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": tool, "arguments": arguments}}
+    with sharing_server.client() as client:
+        busy = BusyWorker(sharing_server, client, f"mcp-{tool}")
+        try:
+            with httpx.Client(base_url=sharing_server.url, timeout=2) as impatient, \
+                    pytest.raises(httpx.ReadTimeout):
+                impatient.post("/mcp", json=message,
+                               headers={"Accept": "application/json, text/event-stream"})
+
+            def ended() -> tuple[str, int] | None:
+                [(_, status, runs)] = jobs_with_state(sharing_server, state)
+                return None if status == "queued" else (status, runs)
+
+            ended_as = wait_until(ended, 20, poll=0.2, what="the left call's job stayed queued")
+            assert ended_as == ("cancelled", 0)  # never decoded, never billed
+        finally:
+            busy.stop()
+
+
 def test_identical_sync_calls_in_flight_share_one_job(sharing_server):
     state = "Shared: the app crashes on login."
     answers: list[httpx.Response] = []
