@@ -85,16 +85,22 @@ Questions = Annotated[dict[NonEmpty, Question], Field(min_length=1,
                                                       description="question id → question")]
 
 
-class SystemOneRequest(_Open):
+class DecisionBody(_Open):
+    """The fields every decision body has (a job's lane is its ``priority``, a sync call's
+    its ``x_priority``)."""
+
     model: str | None = Field(None, description=MODEL_DESCRIPTION)
     state: State = Field(description="what the questions are about: a non-blank string, an "
                                      "object or an array")
     questions: Questions
+
+
+class SystemOneRequest(DecisionBody):
     x_priority: Priority = Field("foreground", description="the lane")
 
 
-class JobRequest(SystemOneRequest):
-    priority: Priority = "background"
+class JobRequest(DecisionBody):
+    priority: Priority = Field("background", description="the lane")
     metadata: dict[str, Any] | None = Field(None, description="at most 16 KiB, echoed back")
 
 

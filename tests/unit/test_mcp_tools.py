@@ -38,6 +38,7 @@ def test_the_schemas_are_the_http_apis_models():
     submit = mcp_tools.input_schema(by_name["submit_job"])["properties"]
     assert set(submit) == set(JobRequest.model_json_schema()["properties"]) | {
         "idempotency_key", "x_webhook"}
+    assert "priority" in submit and "x_priority" not in submit  # a job's lane is priority
     assert mcp_tools.output_schema(by_name["decide"]) == SystemOneResponse.model_json_schema(
         mode="serialization")
     assert mcp_tools.output_schema(by_name["rerank"])["title"] == RerankResponse.__name__
