@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.abc
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
@@ -118,7 +119,8 @@ def tools_of(request: Request | None) -> FrontDoorTools:
 class McpSessions:
     """The SDK's session manager, made and started on the first call that needs it, inside
     the app's lifespan (``running``): the SDK is imported in a thread then, so neither the
-    front door's start nor its event loop waits for it."""
+    front door's start nor its event loop waits for it. A start that failed is tried again
+    by the next call (the calls that waited on it are refused, 503)."""
 
     def __init__(self, model_names: list[str]) -> None:
         self._model_names = model_names
@@ -127,12 +129,14 @@ class McpSessions:
         self._ready: anyio.Event | None = None
         self._stopping: anyio.Event | None = None
         self._failure: BaseException | None = None
+        self._group: anyio.abc.TaskGroup | None = None
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """For the app's lifespan: the manager, once asked for, runs until the block ends."""
         self._wanted, self._ready, self._stopping = anyio.Event(), anyio.Event(), anyio.Event()
         async with anyio.create_task_group() as group:
+            self._group = group
             group.start_soon(self._serve_when_asked)
             try:
                 yield
@@ -142,8 +146,12 @@ class McpSessions:
 
     async def manager(self) -> Any:
         """The running session manager (made now if this is the first call)."""
-        if self._wanted is None or self._ready is None:
+        if self._wanted is None or self._ready is None or self._group is None:
             raise RuntimeError("MCP sessions asked for outside the app's lifespan")
+        assert self._stopping is not None
+        if self._ready.is_set() and self._manager is None and not self._stopping.is_set():
+            self._wanted, self._ready = anyio.Event(), anyio.Event()  # the last start failed
+            self._group.start_soon(self._serve_when_asked)
         self._wanted.set()
         await self._ready.wait()
         if self._manager is None:

@@ -307,3 +307,28 @@ def test_a_call_after_the_sessions_stopped_is_refused_not_left_waiting(started):
             await sessions.manager()
 
     anyio.run(main)
+
+
+def test_a_manager_that_failed_to_start_is_started_again_by_the_next_call(monkeypatch):
+    sessions = McpSessions(["gemma-3-270m"])
+    made = sessions._make
+    tries: list[int] = []
+
+    def failing_once():
+        tries.append(1)
+        if len(tries) == 1:
+            raise OSError("a start that failed once")
+        return made()
+
+    monkeypatch.setattr(sessions, "_make", failing_once)
+
+    async def main() -> None:
+        async with sessions.running():
+            with anyio.fail_after(10):
+                with pytest.raises(RuntimeError, match="a start that failed once"):
+                    await sessions.manager()
+                assert await sessions.manager() is not None
+                assert await sessions.manager() is not None  # started once, kept
+        assert len(tries) == 2
+
+    anyio.run(main)
