@@ -110,6 +110,9 @@ def test_an_mcp_call_whose_caller_left_before_it_started_is_cancelled(sharing_se
     message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                "params": {"name": tool, "arguments": arguments}}
     with sharing_server.client() as client:
+        warm = client.post("/mcp", json={"jsonrpc": "2.0", "id": 0, "method": "tools/list"},
+                           headers={"Accept": "application/json, text/event-stream"})
+        assert warm.status_code == 200  # the SDK loaded: the 2 s below are the call's own
         busy = BusyWorker(sharing_server, client, f"mcp-{tool}")
         try:
             with httpx.Client(base_url=sharing_server.url, timeout=2) as impatient, \
@@ -118,7 +121,10 @@ def test_an_mcp_call_whose_caller_left_before_it_started_is_cancelled(sharing_se
                                headers={"Accept": "application/json, text/event-stream"})
 
             def ended() -> tuple[str, int] | None:
-                [(_, status, runs)] = jobs_with_state(sharing_server, state)
+                found = jobs_with_state(sharing_server, state)
+                if not found:  # not stored yet
+                    return None
+                [(_, status, runs)] = found
                 return None if status == "queued" else (status, runs)
 
             ended_as = wait_until(ended, 20, poll=0.2, what="the left call's job stayed queued")

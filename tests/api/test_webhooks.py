@@ -38,14 +38,14 @@ def test_every_event_reaches_a_receiver_that_was_down_once_across_a_restart(tmp_
     try:
         with server.client("key-alpha") as client:
             endpoint = client.post("/v1/webhooks", json={"url": receiver.url}).json()
-            receiver.trust(endpoint["secret"])
+            receiver.trust(endpoint["secret"], "/hooks")
             jobs = [client.post("/v1/jobs", json={"state": f"Ticket {n}: refund please.",
                                                   "questions": QUESTIONS}).json()
                     for n in range(3)]
             named = client.post("/v1/systemone", headers={"Prefer": "respond-async"}, json={
                 "state": "Where is my parcel?", "questions": QUESTIONS,
                 "x_webhook": {"url": receiver.url + "?named=1"}}).json()
-            receiver.trust(named["x_webhook"]["secret"])
+            receiver.trust(named["x_webhook"]["secret"], "/hooks?named=1", "/hooks?batch=1")
             batch = client.post("/v1/batches", json={
                 "questions": QUESTIONS, "x_webhook": {"url": receiver.url + "?batch=1"},
                 "items": [{"custom_id": "a", "state": "refund"},
@@ -53,16 +53,17 @@ def test_every_event_reaches_a_receiver_that_was_down_once_across_a_restart(tmp_
             assert "secret" not in batch["x_webhook"]  # the key's secret was shown once
             for job in [*jobs, named]:
                 wait_for_status(client, job["id"], {"succeeded"})
-            wait_until(lambda: len(failed_tries(client, endpoint["id"])) >= 10,
-                       what="failed tries in the endpoint's log")
+            # every endpoint event (the batch's once it has completed) has failed at least once
+            wait_until(lambda: len({entry["event_id"] for entry in failed_tries(
+                client, endpoint["id"])}) == 5 and len(failed_tries(client, endpoint["id"])) >= 10,
+                60, what="failed tries of the endpoint's 5 events")
         server.stop()  # mid-retry: the outbox is all that is left
+        server.log.rename(tmp_path / "server-before-the-restart.log")  # kept for a failure
         server = Server(tmp_path, ALLOWED)
         receiver.up()
         # at the endpoint: 4 jobs and the batch; at the named URLs: one job and the batch
         wait_until(lambda: len(receiver.unique()) == 7, 60,
                    what=lambda: f"{len(receiver.unique())} of 7: {receiver.ids()}")
-        ids = receiver.ids()
-        assert len(ids) == len(set(ids)) == 7 and receiver.rejected == []
         by_path = sorted((delivery.path, delivery.payload["type"])
                          for delivery in receiver.accepted)
         assert by_path == sorted([("/hooks", "job.finished")] * 4
@@ -83,13 +84,21 @@ def test_every_event_reaches_a_receiver_that_was_down_once_across_a_restart(tmp_
             # a try is recorded once the receiver has answered it
             wait_until(lambda: sum(entry["delivered"] for entry in read_log()) == 5)
             log = read_log()
+            for log_path in (f"/v1/jobs/{named['id']}/deliveries",
+                             f"/v1/batches/{batch['id']}/deliveries"):
+                # two events each, delivered: to the endpoint and to the x_webhook URL
+                wait_until(lambda log_path=log_path: len({
+                    entry["event_id"] for entry in client.get(log_path).json()["data"]
+                    if entry["event_status"] == "delivered"}) == 2, what=log_path)
+        ids = receiver.ids()  # read once every event is delivered: no try can come after
+        assert len(ids) == len(set(ids)) == 7 and receiver.rejected == []
         delivered = [entry for entry in log if entry["delivered"]]
         assert {entry["status_code"] for entry in delivered} == {204}
         assert all(entry["attempt"] > 1 for entry in delivered)  # each after failed tries
         assert any("ConnectError" in (entry["error"] or "") for entry in log)
     finally:
         server.stop()
-        receiver.down()
+        receiver.close()
 
 
 def test_a_webhook_to_loopback_is_refused_without_the_operators_allowance(open_server):

@@ -227,6 +227,7 @@ def test_the_tools_check_their_arguments_off_the_event_loop(front_door, monkeypa
     from decide.core import protocol, rerank
 
     held: list[str] = []
+    off_the_loop: list[str] = []
 
     def watching(name, check):
         def watched(body):
@@ -234,7 +235,7 @@ def test_the_tools_check_their_arguments_off_the_event_loop(front_door, monkeypa
                 asyncio.get_running_loop()
                 held.append(name)
             except RuntimeError:
-                pass
+                off_the_loop.append(name)
             return check(body)
         return watched
 
@@ -248,6 +249,9 @@ def test_the_tools_check_their_arguments_off_the_event_loop(front_door, monkeypa
         assert call(front_door, tool, {"state": "s", "questions": {"r": NOUL}})["isError"] \
             is False
     assert held == []
+    # the refused rerank once, the taken one by the tool and by the route's function, and
+    # decide's and submit_job's bodies: each check was made, and off the loop
+    assert sorted(off_the_loop) == ["decide", "decide", "rerank", "rerank", "rerank"]
 
 
 def test_the_rerank_tool_refuses_a_webhook_it_would_never_call(front_door):

@@ -21,6 +21,7 @@ from decide.llm.catalog import gguf_path, load_catalog
 from decide.llm.identity import model_identity
 from decide.store import job_reads
 from decide.store import taught as taught_store
+from tests.support.waits import wait_until
 
 QUERY = "apple desserts"
 DOCUMENTS = ["a bicycle repair guide", "apple pie and apple crumble, apple tart",
@@ -346,8 +347,11 @@ def test_an_async_rerank_is_read_back_in_cohere_shape(marked):
         assert queued.json()["object"] == "job" and queued.json()["status"] == "queued"
         assert queued.headers["location"] == f"/v2/rerank/{job['id']}"
     assert marked.client.get(f"/v1/rerank/{job['id']}?wait=61").status_code == 422
+    events = marked.client.app.state.context.events
     with ThreadPoolExecutor(1) as pool:  # a long poll answered by the finish
         polled = pool.submit(marked.client.get, f"/v1/rerank/{job['id']}?wait=30")
+        wait_until(lambda: job["id"] in events._waiters, what="the long poll never waited")
+        assert not polled.done()
         assert marked.worker.release() == ["succeeded"]
         done = polled.result(timeout=30)
     assert done.status_code == 200, done.text

@@ -25,15 +25,18 @@ def test_nothing_is_lost_when_the_worker_and_the_api_restart_mid_retry(cluster_f
     try:
         with cluster.client() as client:
             endpoint = client.post("/v1/webhooks", json={"url": receiver.url}).json()
-            receiver.trust(endpoint["secret"])
+            receiver.trust(endpoint["secret"], "/hooks")
             job_ids = [client.post("/v1/jobs", json={"state": f"Ticket {n}: refund please.",
                                                      "questions": QUESTIONS}).json()["id"]
                        for n in range(3)]
             batch = client.post("/v1/batches", json={
                 "questions": QUESTIONS, "items": [{"custom_id": "a", "state": "refund"}],
                 "x_webhook": {"url": receiver.url + "?batch=1"}}).json()
-            receiver.trust(batch["x_webhook"]["secret"])
+            receiver.trust(batch["x_webhook"]["secret"], "/hooks?batch=1")
+        # every event written (the batch's once its loop has noted it) and tried at least once
         wait_until(lambda: cluster.scalar(
+            "SELECT count(*) FROM webhook_events WHERE status = 'pending' AND attempts >= 1"
+        ) == 5 and cluster.scalar(
             "SELECT count(*) FROM webhook_attempts WHERE error IS NOT NULL") >= 10, 120,
             what=cluster.logs)
         worker.kill()  # SIGKILL, perhaps with a claim in hand: its lease runs out
@@ -47,18 +50,18 @@ def test_nothing_is_lost_when_the_worker_and_the_api_restart_mid_retry(cluster_f
         cluster.start_api()
         wait_until(lambda: len(receiver.unique()) == 5, 120,
                    what=lambda: f"{receiver.ids()}\n{cluster.logs()}")
-        ids = receiver.ids()
+        wait_until(lambda: cluster.scalar(
+            "SELECT count(*) FROM webhook_events WHERE status = 'delivered'") == 5)
+        ids = receiver.ids()  # read once every event is delivered: no try can come after
         assert len(ids) == len(set(ids)) == 5 and receiver.rejected == []
         told = sorted((delivery.path, delivery.payload["data"]["id"])
                       for delivery in receiver.accepted)
         assert told == sorted([("/hooks", job_id) for job_id in job_ids]
                               + [("/hooks", batch["id"]), ("/hooks?batch=1", batch["id"])])
-        wait_until(lambda: cluster.scalar(
-            "SELECT count(*) FROM webhook_events WHERE status = 'delivered'") == 5)
         with cluster.client() as client:
             log = client.get(f"/v1/webhooks/{endpoint['id']}/deliveries",
                              params={"limit": 100}).json()["data"]
         assert sum(entry["delivered"] for entry in log) == 4
         assert any("ConnectError" in (entry["error"] or "") for entry in log)
     finally:
-        receiver.down()
+        receiver.close()

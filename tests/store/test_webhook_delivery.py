@@ -25,7 +25,7 @@ LOOPBACK = WebhookPolicy.of(False, ["127.0.0.0/8"])
 def receiver():
     receiver = Receiver().up()
     yield receiver
-    receiver.down()
+    receiver.close()
 
 
 def loop(db, *, policy=LOOPBACK, first=0.05, give_up=60.0, resolve=None, tick=0.02):
@@ -231,7 +231,7 @@ def test_a_slow_receiver_holds_a_try_no_longer_than_its_timeout(mode):
     else:
         assert sent.outcome.status_code is None
         assert sent.outcome.error == "no answer within 1 s (the try's deadline)"
-        assert 0.9 < took < 3.0
+        assert 0.9 < took < 6.0  # a try that waited on the receiver would take about 9 s
     assert not sent.final
 
 
@@ -256,7 +256,7 @@ def test_a_resolver_that_never_answers_fails_the_try_at_its_deadline():
     assert sent.outcome.status_code is None and not sent.final
     assert sent.outcome.error == ("cannot resolve the host: no answer from the resolver "
                                   "within 1 s")
-    assert 0.9 < took < 2.0
+    assert 0.9 < took < 10.0  # the resolver holds a lookup for 30 s
 
 
 def test_lookups_left_waiting_on_a_dead_resolver_are_bounded():

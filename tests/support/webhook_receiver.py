@@ -1,11 +1,13 @@
 """A real webhook receiver for tests: a threaded ``http.server`` on a port of its own that
 verifies each delivery's Standard Webhooks signature with the ``standardwebhooks`` library,
 logs every delivery it accepts, and can be taken down (its port closed: connection refused)
-and brought up again on the same port."""
+and brought up again on the same port. While down its port is held by a socket that is bound
+but not listening: a try is refused, and no other test's server can take the port meanwhile."""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,7 +31,8 @@ class Receiver:
         """``secret``: the signing secret deliveries must verify with (set later with
         ``trust`` when it is known only once the service has shown it)."""
         self.port = port or free_port()
-        self.secrets: list[str] = [secret] if secret else []
+        self._held: socket.socket | None = _hold(self.port)
+        self.secrets: list[tuple[str, tuple[str, ...]]] = [(secret, ())] if secret else []
         self.accepted: list[Delivery] = []
         self.rejected: list[str] = []
         self.answer = 204
@@ -42,8 +45,10 @@ class Receiver:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/hooks"
 
-    def trust(self, secret: str) -> None:
-        self.secrets.append(secret)
+    def trust(self, secret: str, *paths: str) -> None:
+        """Accept deliveries signed with ``secret``: to these paths only (``/hooks?named=1``)
+        when any are named, so one signed with another URL's secret is rejected."""
+        self.secrets.append((secret, paths))
 
     def up(self) -> Receiver:
         receiver = self
@@ -59,6 +64,9 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
+        if self._held is not None:
+            self._held.close()
+            self._held = None
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
@@ -68,10 +76,20 @@ class Receiver:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+            self._held = _hold(self.port)
+
+    def close(self) -> None:
+        """Down, and its port let go."""
+        self.down()
+        if self._held is not None:
+            self._held.close()
+            self._held = None
 
     def receive(self, path: str, body: bytes, headers: dict[str, str]) -> int:
         lowered = {key.lower(): value for key, value in headers.items()}
-        for secret in self.secrets:
+        for secret, paths in self.secrets:
+            if paths and path not in paths:
+                continue
             try:
                 Webhook(secret).verify(body, lowered)
             except WebhookVerificationError:
@@ -96,3 +114,15 @@ class Receiver:
         specification keeps them."""
         with self._lock:
             return {delivery.webhook_id: delivery for delivery in self.accepted}
+
+
+def _hold(port: int) -> socket.socket | None:
+    """The port bound, not listening (a connection to it is refused); None where another
+    socket took it since ``free_port`` (``up`` then fails loudly on it)."""
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        held.bind(("127.0.0.1", port))
+    except OSError:
+        held.close()
+        return None
+    return held
