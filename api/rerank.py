@@ -104,7 +104,8 @@ def rerank_answer(job: jobs.JobRecord, request: RerankRequest,
     headers = {"X-Job-Id": job.id}
     if job.status == jobs.SUCCEEDED:
         assert job.result is not None
-        return rerank_response(job.id, request, job.result["answers"])
+        return rerank_response(job.id, request, job.result["answers"],
+                               job.result.get("x_build"))
     if not job.finished:
         raise ApiError(504, "timeout", f"the rerank is still {job.status} after "
                        f"{sync_wait_seconds:g} s; poll GET /v1/jobs/{job.id}", headers=headers,

@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -24,11 +24,13 @@ from decide.api.errors import invalid
 from decide.api.mcp_server import ToolFailure
 from decide.api.views import timestamp
 from decide.config.settings import Settings
+from decide.core.engine import Decision
 from decide.core.errors import ConfigError, DecideError
 from decide.core.protocol import DecisionRequest, parse_request
 from decide.core.rerank import decision_body, documents_read, parse_rerank, rerank_response
 from decide.llm.catalog import load_catalog
 from decide.llm.decoding import load_decoding_engine
+from decide.runner.in_process import build_in_use
 
 
 @dataclass
@@ -62,7 +64,8 @@ class LocalJob:
                 "finished_at": timestamp(self.finished_at), "metadata": self.metadata,
                 "result": self.result, "error": self.error,
                 "usage": {"input_tokens": self.input_tokens, "output_tokens": 0,
-                          "rows": self.rows},
+                          "rows": self.rows,
+                          "x_build": (self.result or {}).get("x_build")},
                 "timings": {"queue_ms": ms(self.created_at, self.started_at),
                             "decode_ms": self.decode_ms,
                             "total_ms": ms(self.created_at, self.finished_at)}}
@@ -101,10 +104,14 @@ class LocalTools:
             self._loaded[config.name] = load_decoding_engine(config, self.settings)
         return self._loaded[config.name].engine
 
+    def _decided(self, request: DecisionRequest) -> Decision:
+        """The request decoded (call with the engine lock held), with the build that did it."""
+        return replace(self._engine(request.model).decide(request), build=build_in_use())
+
     def _decide_now(self, body: dict[str, Any]) -> dict[str, Any]:
         request = parse_request(body)
         with self._engine_lock:
-            return self._engine(request.model).decide(request).to_wire()
+            return self._decided(request).to_wire()
 
     async def decide(self, body: dict[str, Any], priority: str) -> dict[str, Any]:
         return await anyio.to_thread.run_sync(self._decide_now, body)
@@ -120,8 +127,9 @@ class LocalTools:
 
         body = decision_body(request, request.question,
                              documents=documents_read(request, counter))
-        answers = self._decide_now(body)["answers"]
-        return rerank_response(f"rerank_{uuid.uuid4().hex[:24]}", request, answers)
+        decided = self._decide_now(body)
+        return rerank_response(f"rerank_{uuid.uuid4().hex[:24]}", request, decided["answers"],
+                               decided.get("x_build"))
 
     async def rerank(self, body: dict[str, Any]) -> dict[str, Any]:
         return await anyio.to_thread.run_sync(self._rerank_now, body)
@@ -160,7 +168,7 @@ class LocalTools:
         try:
             with self._engine_lock:
                 started = time.perf_counter()
-                decision = self._engine(request.model).decide(request)
+                decision = self._decided(request)
             job.decode_ms = round((time.perf_counter() - started) * 1000, 1)
             job.result, job.status = decision.to_wire(), "succeeded"
         except (DecideError, ToolFailure) as error:

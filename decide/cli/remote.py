@@ -22,14 +22,19 @@ def client_for(args: argparse.Namespace) -> Client:
     return Client(args.url, api_key=args.api_key, timeout=args.timeout)
 
 
+def decision_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """What a decision's line shows of the wire's: the model, the answers, the usage and the
+    build that answered (as an in-process run says it)."""
+    return {key: raw[key] for key in ("model", "answers", "usage", "x_build") if key in raw}
+
+
 def remote_run(args: argparse.Namespace, body: dict[str, Any]) -> int:
     """``decide run --url``: the same output as in-process."""
     request = parse_request(body)  # the same validation, and the questions for display
     started = time.perf_counter()
     with client_for(args) as client:
         decision = client.decide(body["state"], body["questions"], model=body.get("model"))
-    wire = {key: decision.raw[key] for key in ("model", "answers", "usage", "x_build")
-            if key in decision.raw}  # the build that answered, as an in-process run says it
+    wire = decision_fields(decision.raw)
     if args.json:
         print(json.dumps(wire, ensure_ascii=False, indent=2))
     else:
@@ -39,7 +44,8 @@ def remote_run(args: argparse.Namespace, body: dict[str, Any]) -> int:
         timings = decision.raw.get("x_timings", {})
         shown = ", ".join(f"{key.removesuffix('_ms')} {value:.1f} ms"
                           for key, value in timings.items())
-        print(f"model {decision.model} ({args.url}, job {decision.job_id}); input tokens "
+        print(f"model {decision.model} ({args.url}, job {decision.job_id}, build "
+              f"{decision.raw.get('x_build') or 'not said'}); input tokens "
               f"{decision.usage.input_tokens}; round trip "
               f"{(time.perf_counter() - started) * 1000:.1f} ms; {shown}", file=sys.stderr)
     return 0
@@ -135,8 +141,7 @@ def results(args: argparse.Namespace) -> int:
         for result in client.results(args.batch_id):
             line: dict[str, Any] = {"custom_id": result.custom_id, "status": result.status}
             if result.decision is not None:
-                line["result"] = {key: result.decision.raw[key]
-                                  for key in ("model", "answers", "usage")}
+                line["result"] = decision_fields(result.decision.raw)
             else:
                 line["error"] = result.error
             print(json.dumps(line, ensure_ascii=False))

@@ -66,7 +66,8 @@ def run_in_process(args: argparse.Namespace, request: DecisionRequest) -> int:
     if args.verbose:
         timings = ", ".join(f"{key.removesuffix('_ms')} {value:.1f} ms" for key, value in
                             {"load_ms": load_ms, **decision.timings}.items())
-        print(f"model {decision.model} ({loaded.model.path}); input tokens "
+        print(f"model {decision.model} ({loaded.model.path}, build {decision.build}); "
+              f"input tokens "
               f"{decision.input_tokens}; {timings}", file=sys.stderr)
     return 0
 

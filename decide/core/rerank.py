@@ -305,9 +305,10 @@ def ranked(scores: list[float], top_n: int | None = None) -> list[int]:
     return order if top_n is None else order[:top_n]
 
 
-def rerank_response(job_id: str, request: RerankRequest,
-                    answers: dict[str, Any]) -> dict[str, Any]:
-    """Cohere's v2 rerank response from the decision's answers (keyed by document index)."""
+def rerank_response(job_id: str, request: RerankRequest, answers: dict[str, Any],
+                    build: str | None = None) -> dict[str, Any]:
+    """Cohere's v2 rerank response from the decision's answers (keyed by document index), with
+    ``x_build``, the llama.cpp build that decoded them, where it is known."""
     scores = [float(answers[str(index)]["noul"]) for index in range(len(request.documents))]
     results = []
     for index in ranked(scores, request.top_n):
@@ -320,4 +321,5 @@ def rerank_response(job_id: str, request: RerankRequest,
         results.append(result)
     return {"id": job_id, "results": results,
             "meta": {"api_version": {"version": "2"},
-                     "billed_units": {"search_units": search_units(len(request.documents))}}}
+                     "billed_units": {"search_units": search_units(len(request.documents))}},
+            **({"x_build": build} if build else {})}

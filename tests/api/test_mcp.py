@@ -124,6 +124,10 @@ async def every_tool(session: ClientSession) -> dict[str, Any]:
 def check(answers: dict[str, Any], served: dict[str, Any]) -> None:
     """The tools answered what the HTTP API answers for the same arguments, to the bit."""
     assert answers["decide"]["answers"] == served["decide"]["answers"]
+    build = served["decide"]["x_build"]  # every answer says the build that decoded it
+    assert answers["decide"]["x_build"] == answers["rerank"]["x_build"] == build
+    assert answers["get_job"]["result"]["x_build"] == answers["get_job"]["usage"]["x_build"] \
+        == build
     assert answers["decide"]["usage"] == served["decide"]["usage"]
     assert answers["rerank"]["results"] == served["rerank"]["results"]
     job = answers["get_job"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 
@@ -25,6 +26,7 @@ def test_run_through_the_service_prints_what_in_process_prints(open_server):
             assert json.loads(local.stdout)["x_build"] in ("x86-64-v3", "x86-64-v4")
     verbose = decide("run", *SEED_ARGS, "--url", open_server.url, "--verbose")
     assert "job job_" in verbose.stderr and "round trip" in verbose.stderr
+    assert re.search(r", build (baseline|x86-64-v\d)\); input tokens", verbose.stderr)
 
 
 def test_remote_errors_are_one_line(open_server):

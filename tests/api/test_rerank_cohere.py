@@ -51,6 +51,9 @@ def test_cohere_client_reranks_unchanged(server):
     by_index = {result["index"]: result["relevance_score"] for result in whole["results"]}
     assert by_index == {int(key): answer["noul"]
                         for key, answer in job["result"]["answers"].items()}
+    # the build that decoded it, as every result says it (and the job's usage)
+    assert whole["x_build"] == job["result"]["x_build"] == job["usage"]["x_build"]
+    assert whole["x_build"].startswith("x86-64-v")
 
 
 def test_cohere_clients_max_tokens_per_doc_cuts_each_document(server):

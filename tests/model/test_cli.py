@@ -88,10 +88,11 @@ def test_state_from_stdin_and_request_from_stdin_give_the_same_answer():
     assert from_stdin.stdout == from_request.stdout == from_argument.stdout
 
 
-def test_verbose_reports_model_tokens_and_timings_on_stderr():
+def test_verbose_reports_model_build_tokens_and_timings_on_stderr():
     result = decide("run", *SEED_ARGS, "--verbose")
     assert result.returncode == 0
-    assert re.search(r"model gemma-3-270m \(.*\.gguf\); input tokens \d+; load [\d.]+ ms, "
+    assert re.search(r"model gemma-3-270m \(.*\.gguf, build (baseline|x86-64-v\d)\); "
+                     r"input tokens \d+; load [\d.]+ ms, "
                      r"plan [\d.]+ ms, decode [\d.]+ ms", result.stderr)
     assert "Which department" in result.stdout
 

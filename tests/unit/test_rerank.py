@@ -162,6 +162,8 @@ def test_the_response_is_cohere_shaped():
         {"index": 1, "relevance_score": 0.7, "document": {"text": "b"}},
         {"index": 0, "relevance_score": 0.3, "document": {"text": "a"}}]
     assert response["meta"]["billed_units"] == {"search_units": 1}
+    assert "x_build" not in response  # no build known: none said
+    assert rerank_response("job_1", request, answers, "x86-64-v3")["x_build"] == "x86-64-v3"
 
 
 class _ByText:
