@@ -13,8 +13,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from decide.cli import remote
 from decide.cli.common import UsageError, add_service_args, show_progress
 from decide.cli.request import add_question_args, inline_questions, request_body
@@ -248,14 +246,10 @@ def batch_command(args: argparse.Namespace) -> int:
 
 
 def status_command(args: argparse.Namespace) -> int:
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    try:
-        response = httpx.get(f"{args.url.rstrip('/')}/v1/status", headers=headers, timeout=10)
-    except httpx.HTTPError as error:
-        raise UsageError(f"cannot reach {args.url}: {error}") from error
-    if response.status_code != 200:
-        raise UsageError(f"{args.url} answered {response.status_code}: {response.text[:200]}")
-    report = response.json()
+    """``decide status``: a refusal is said as every remote command says it
+    (``decide: authentication_error: …``)."""
+    with Client(args.url, api_key=args.api_key, timeout=10) as client:
+        report = client.status()
     print(json.dumps(report, indent=2) if args.json else render_status(report), end="\n"
           if args.json else "")
     return 0

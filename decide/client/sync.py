@@ -155,6 +155,11 @@ class Client:
         body, _ = self._call("GET", "/v1/models")
         return body["models"]
 
+    def status(self) -> dict[str, Any]:
+        """``GET /v1/status``: the service's lanes, workers and models, as it reports them."""
+        body, _ = self._call("GET", "/v1/status")
+        return body
+
     def teach(self, question: Mapping[str, Any], examples: Iterable[Mapping[str, Any]] = (),
               *, model: str | None = None, from_labels: bool = False,
               wait: float | None = 300.0) -> TaughtQuestion:

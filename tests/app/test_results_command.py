@@ -11,6 +11,7 @@ import json
 import httpx
 import pytest
 
+from decide.cli import main as cli_main
 from decide.cli import remote
 from decide.cli.main import main
 from decide.client import Client
@@ -31,6 +32,7 @@ def through_door(front_door, monkeypatch):
         return Client(url, transport=httpx.MockTransport(forward), **options)
 
     monkeypatch.setattr(remote, "Client", client)
+    monkeypatch.setattr(cli_main, "Client", client)
     monkeypatch.setenv("DECIDE_API_KEY", "key-alpha")
     return front_door
 
@@ -63,3 +65,17 @@ def test_another_keys_batch_is_one_line_and_exit_1(through_door, capsys):
         assert captured.out == ""
         assert captured.err.startswith("decide: not_found_error: no batch")
         assert captured.err.count("\n") == 1
+
+
+def test_status_refused_is_said_as_every_remote_command_says_it(through_door, monkeypatch,
+                                                                capsys):
+    """Without a key, one line naming the error type and where the key goes, not the raw
+    answer's JSON."""
+    monkeypatch.delenv("DECIDE_API_KEY")
+    assert main(["status", "--url", "http://decide.test"]) == 1
+    printed = capsys.readouterr()
+    assert printed.err.startswith("decide: authentication_error: ")
+    assert "DECIDE_API_KEY" in printed.err and "{" not in printed.err
+    monkeypatch.setenv("DECIDE_API_KEY", "key-alpha")
+    assert main(["status", "--json", "--url", "http://decide.test"]) == 0
+    assert json.loads(capsys.readouterr().out)["models"]
