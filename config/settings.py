@@ -51,9 +51,9 @@ class Settings(BaseSettings):
     """Comma-separated keys (each also a valid API key) whose ``/v1/status`` shows every
     key's work; any other key sees only its own."""
     key_rows_per_minute: int = Field(default=60_000, ge=Limits.max_rows)
-    """Rows one key may submit per minute through ``/v1/systemone`` and ``/v1/jobs`` (a
-    sliding window); past it, 429 with ``Retry-After``. At least one request's worth (1,024
-    rows), so every valid request fits once the window has passed."""
+    """Rows one key may submit per minute through ``/v1/systemone``, ``/v1/jobs`` and
+    ``/v1/batches`` (a sliding window); past it, 429 with ``Retry-After``. At least one
+    request's worth (1,024 rows), so every valid request fits once the window has passed."""
     key_queued_rows: int = Field(default=1_000_000, ge=1)
     """Rows one key may have queued (both lanes, batches included); past it, 429. A key with
     nothing queued may always queue one request."""
