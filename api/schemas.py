@@ -279,6 +279,8 @@ class RerankResponse(BaseModel):
     id: str = Field(description="the job that decoded it (GET /v1/jobs/{id})")
     results: list[RerankResult] = Field(description="highest score first; ties: lower index")
     meta: dict[str, Any]
+    x_build: str | None = Field(None, description="the llama.cpp build that decoded the "
+                                                  "documents (x86-64-v3, x86-64-v4)")
 
 
 REQUEST_MODELS = (SystemOneRequest, JobRequest, BatchRequest, RerankRequestSchema)
