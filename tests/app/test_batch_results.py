@@ -158,3 +158,26 @@ def test_every_text_cell_is_quoted_so_no_separator_splits_one(open_door):
     assert numbers and all(f",{number}," in first_line + "," for number in numbers)
     texts = [cell for cell in row if cell not in numbers]
     assert all('"' + cell.replace('"', '""') + '"' in first_line for cell in texts)
+
+
+def test_the_csv_is_written_a_chunk_of_rows_at_a_time_as_the_items_are_read():
+    """Streamed: the first chunk is out after its rows' items were read, not the batch's
+    (a batch of 100,000 items is never held whole)."""
+    from decide.api.routes.batches import CSV_ROWS_PER_CHUNK, _csv
+
+    read: list[int] = []
+
+    def items():
+        for number in range(2 * CSV_ROWS_PER_CHUNK + 50):
+            read.append(number)
+            yield {"custom_id": f"item-{number}", "status": "failed",
+                   "error": {"error_type": "decode_error", "message": "m"}}
+
+    chunks = _csv(QUESTIONS, items())
+    first = next(chunks).decode()
+    assert len(read) == CSV_ROWS_PER_CHUNK  # no item past the first chunk's was read yet
+    assert first.count("\r\n") == CSV_ROWS_PER_CHUNK + 1  # the header and its rows
+    rest = [chunk.decode() for chunk in chunks]
+    assert [chunk.count("\r\n") for chunk in rest] == [CSV_ROWS_PER_CHUNK, 50]
+    assert len(read) == 2 * CSV_ROWS_PER_CHUNK + 50
+    assert rest[-1].splitlines()[-1].startswith('"item-449","failed","decode_error","m",')
