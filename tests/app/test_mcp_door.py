@@ -336,3 +336,11 @@ def test_a_manager_that_failed_to_start_is_started_again_by_the_next_call(monkey
         assert len(tries) == 2
 
     anyio.run(main)
+
+
+def test_arguments_that_are_no_object_are_the_sdks_own_protocol_error(front_door):
+    """The one refusal that is not a tool error (docs/API.md): the SDK checks the call's
+    shape before any tool runs."""
+    response = rpc(front_door, "tools/call", {"name": "decide", "arguments": [1]})
+    assert response.status_code in (200, 400), response.text
+    assert response.json()["error"]["code"] == -32602
