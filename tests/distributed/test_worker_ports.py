@@ -7,6 +7,7 @@ Real processes: PostgreSQL, Redis and two ``decide worker`` processes with the d
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -19,6 +20,16 @@ from decide.metrics import PORTS_TRIED
 from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+
+def start_time(pid: int) -> float:
+    """When process ``pid`` started, as prometheus_client's process collector reads it: the
+    boot time and the start tick of ``/proc/<pid>/stat``."""
+    with open("/proc/stat") as stat:
+        boot = next(float(line.split()[1]) for line in stat if line.startswith("btime"))
+    with open(f"/proc/{pid}/stat") as stat:
+        ticks = float(stat.read().rsplit(")", 1)[1].split()[19])
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def test_two_workers_on_one_host_both_export_metrics(cluster_factory):
@@ -36,13 +47,15 @@ def test_two_workers_on_one_host_both_export_metrics(cluster_factory):
     assert len(set(ports.values())) == 2
     assert all(first <= port < first + PORTS_TRIED for port in ports.values())
     logs = cluster.logs()
-    for port in ports.values():
+    for pid, port in ports.items():
         assert f"worker metrics on http://127.0.0.1:{port}/metrics" in logs
         scrape = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
         assert scrape.status_code == 200
         assert re.search(r'decide_model_loaded\{model="gemma-3-270m"\} 1\.0', scrape.text)
-        # this worker's own process answered on that port
-        assert "process_start_time_seconds" in scrape.text
+        # the worker whose row names the port answered on it: its process's start time
+        started = re.search(r"^process_start_time_seconds (\S+)$", scrape.text, re.MULTILINE)
+        assert started is not None
+        assert abs(float(started.group(1)) - start_time(pid)) < 0.05
     assert all(worker.poll() is None for worker in workers)
 
 
