@@ -56,6 +56,18 @@ def test_cohere_client_reranks_unchanged(server):
     assert whole["x_build"].startswith("x86-64-v")
 
 
+def test_cohere_v1_client_reranks_unchanged_too(server):
+    """``cohere.Client`` (v1) posts to ``/v1/rerank`` and reads the same shape: the same
+    ranking, to the bit, as the v2 client's."""
+    v1 = cohere.Client(base_url=server.url, api_key=KEY, timeout=120).rerank(
+        model="gemma-3-270m", query=QUERY, documents=DOCUMENTS, top_n=2, return_documents=True)
+    v2 = cohere.ClientV2(base_url=server.url, api_key=KEY, timeout=120).rerank(
+        model="gemma-3-270m", query=QUERY, documents=DOCUMENTS, top_n=2)
+    assert [(result.index, result.relevance_score) for result in v1.results] == [
+        (result.index, result.relevance_score) for result in v2.results]
+    assert all(result.document.text == DOCUMENTS[result.index] for result in v1.results)
+
+
 def test_cohere_clients_max_tokens_per_doc_cuts_each_document(server):
     """The client's ``max_tokens_per_doc`` reaches the service: a document is read cut to its
     first tokens (its score then that of the cut text sent as it is)."""
