@@ -24,6 +24,16 @@ def database_now(db: Engine | Connection) -> ColumnElement[float]:
     return (func.julianday("now") - _UNIX_EPOCH_JULIAN_DAY) * 86400.0
 
 
+def statement_now(db: Engine | Connection) -> ColumnElement[float]:
+    """``database_now`` as of the statement's start (PostgreSQL's statement_timestamp; SQLite's
+    'now' is already one value per statement): stable within the statement, so an index can
+    bound a scan by it, where clock_timestamp, read again for every row, only filters rows
+    already read."""
+    if db.dialect.name == "postgresql":
+        return cast(func.extract("epoch", func.statement_timestamp()), Float)
+    return database_now(db)
+
+
 def read_database_now(db: Engine) -> float:
     with db.connect() as connection:
         return float(connection.execute(select(database_now(db))).scalar_one())

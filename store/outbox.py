@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Select, delete, select, update
+from sqlalchemy import Connection, Engine, Select, delete, literal_column, select, update
 
 from decide.store import batches
-from decide.store.clock import database_now
+from decide.store.clock import database_now, statement_now
 from decide.store.ids import new_id
 from decide.store.tables import batches as batch_table
 from decide.store.tables import webhook_attempts, webhook_endpoints, webhook_events
@@ -47,11 +47,12 @@ def _event(row: Any) -> Event:
 
 
 def due_events(db: Engine, limit: int) -> list[Event]:
-    """Pending events whose next try is due, the longest due first."""
+    """Pending events whose next try is due, the longest due first (read by the index on
+    pending events' next try: events waiting out a long back-off are never read)."""
     with db.connect() as connection:
         rows = connection.execute(
             select(webhook_events).where(webhook_events.c.status == PENDING,
-                                         webhook_events.c.next_attempt_at <= database_now(db))
+                                         webhook_events.c.next_attempt_at <= statement_now(db))
             .order_by(webhook_events.c.next_attempt_at).limit(limit)).all()
     return [_event(row) for row in rows]
 
@@ -130,8 +131,10 @@ def note_completed_batches(db: Engine, limit: int = 200, after: str | None = Non
     """Up to ``limit`` unnoted batches (those after ``after``) looked at: each whose every
     item has finished is noted, and its ``batch.completed`` events written, in one
     transaction (once, whoever else looks at the same time)."""
+    # written as the partial index ix_batches_unnoted's own predicate, so SQLite uses it
+    # (SQLAlchemy would write ``= 0`` there, which SQLite does not match to ``= false``)
     query = (select(batch_table.c.id, batch_table.c.total)
-             .where(batch_table.c.completion_noted == False))  # noqa: E712
+             .where(batch_table.c.completion_noted == literal_column("false")))
     if after is not None:
         query = query.where(batch_table.c.id > after)
     with db.connect() as connection:

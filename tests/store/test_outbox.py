@@ -5,6 +5,7 @@ logged (issue 25, item 3)."""
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import event as sqlalchemy_event
 
 from decide.store import batches, job_claims, jobs, outbox, retention, submission, webhooks
 from decide.store.clock import read_database_now
@@ -262,3 +263,47 @@ def test_a_subjects_log_holds_every_try_of_its_events_for_its_owner_only(db):
     assert outbox.subject_deliveries(db, job.id, "alice", limit=1, after=log[0]["id"]) == \
         log[1:]
     assert outbox.subject_deliveries(db, job.id, "bob", limit=10) == []
+
+
+def query_plan(db, call, table: str) -> str:
+    """The plan of the first statement ``call()`` sends that reads ``table``, as the database
+    would run it (PostgreSQL told to avoid a sequential scan where an index can serve, so the
+    plan says whether one can)."""
+    seen: list[tuple[str, object]] = []
+
+    def capture(connection, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("SELECT") and f"FROM {table}" in statement:
+            seen.append((statement, parameters))
+
+    sqlalchemy_event.listen(db, "before_cursor_execute", capture)
+    try:
+        call()
+    finally:
+        sqlalchemy_event.remove(db, "before_cursor_execute", capture)
+    statement, parameters = seen[0]
+    with db.connect() as connection:
+        if db.dialect.name == "postgresql":
+            connection.exec_driver_sql("SET enable_seqscan = off")
+            rows = connection.exec_driver_sql("EXPLAIN " + statement, parameters).all()
+        else:
+            rows = connection.exec_driver_sql("EXPLAIN QUERY PLAN " + statement,
+                                              parameters).all()
+    return "\n".join(str(row[-1]) for row in rows)
+
+
+def test_the_due_events_are_read_by_the_index_bounded_by_now(db):
+    """Every tick of every loop reads the due events: the index on the next try bounds the
+    scan by now (PostgreSQL: a statement's now; clock_timestamp would only filter the rows
+    read, every event waiting out a 24 h back-off among them)."""
+    plan = query_plan(db, lambda: outbox.due_events(db, 64), "webhook_events")
+    assert "ix_webhook_events_due" in plan, plan
+    if db.dialect.name == "postgresql":
+        assert "Index Cond: (next_attempt_at <=" in plan, plan
+
+
+def test_the_unnoted_batches_are_read_by_their_partial_index(db):
+    """Every tick looks for completed batches: by the partial index of the unnoted ones, not
+    by a walk over every batch ever made (SQLite matches the index only to its own
+    predicate's text, ``= false``)."""
+    plan = query_plan(db, lambda: outbox.note_completed_batches(db), "batches")
+    assert "ix_batches_unnoted" in plan, plan
