@@ -23,7 +23,7 @@ from decide.api import mcp_tools
 from decide.api.errors import ApiError
 from decide.api.mcp_tools import ToolFailure
 from decide.api.waiting import CallerLeft
-from decide.core.errors import ConfigError, InvalidRequest, RequestTooLarge
+from decide.core.errors import ConfigError, InvalidRequest, ModelRefused, RequestTooLarge
 from decide.store.db import DATABASE_AWAY
 
 __all__ = ["Backend", "ToolFailure", "build_server"]
@@ -89,6 +89,8 @@ def describe_failure(error: Exception) -> str | None:
         return str(error)
     if isinstance(error, CallerLeft):  # nobody reads it: said for the log of a client's side
         return f"cancelled: {error}"
+    if isinstance(error, ModelRefused):  # in-process: a model that cannot load says why
+        return f"model_error: {error}"
     return None
 
 

@@ -9,6 +9,7 @@ an ``InvalidRequest`` whose text names the field and says what is allowed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,9 @@ from decide.api.submit import checked_metadata, checked_priority
 from decide.core.protocol import FOREGROUND, MAX_WAIT_SECONDS, parse_request, plain_json_problem
 from decide.core.rerank import MAX_DOCUMENTS, parse_rerank
 
+JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
+"""What a job id may be: a path segment that names one job, never ``.`` or ``..`` (which a
+URL would resolve to the list of jobs, or above it)."""
 IDEMPOTENCY_KEY_MAX = 255
 """As the ``Idempotency-Key`` header of ``POST /v1/jobs``."""
 
@@ -181,9 +185,9 @@ def get_job_arguments(arguments: Any) -> tuple[str, float | None]:
     """(job id, wait) of ``get_job``; the wait as ``GET /v1/jobs/{id}?wait=`` bounds it."""
     given = _object(arguments)
     job_id = given.get("id")
-    if not isinstance(job_id, str) or not job_id:
-        raise invalid("arguments", ["id"], "id must be a job's id, a non-empty string",
-                      "missing" if job_id is None else "string_type")
+    if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
+        raise invalid("arguments", ["id"], "id must be a job's id (job_…: letters, digits, _ "
+                      "and -)", "missing" if job_id is None else "string_type")
     wait = given.get("wait")
     if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float)
                              or not 0 <= wait <= MAX_WAIT_SECONDS):

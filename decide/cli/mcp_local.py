@@ -10,6 +10,8 @@ being decoded. Jobs are shaped as the service's, and forgotten when the process 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 import time
 import uuid
@@ -32,6 +34,18 @@ from decide.llm.catalog import load_catalog
 from decide.llm.decoding import load_decoding_engine
 from decide.runner.in_process import build_in_use
 
+KEEP_FINISHED = 1000
+"""Finished jobs kept for ``get_job``; older ones are forgotten (the service keeps its own
+for ``DECIDE_RETENTION_DAYS``)."""
+
+
+def _fingerprint(job: mcp_tools.JobArguments) -> str:
+    """The arguments of a submission as a digest: a replay under the same idempotency key
+    must match it, and no request is kept whole for the comparison."""
+    canonical = json.dumps([job.body, job.priority, job.metadata], sort_keys=True,
+                           ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
 
 @dataclass
 class LocalJob:
@@ -41,8 +55,10 @@ class LocalJob:
     metadata: dict[str, Any] | None
     rows: int
     input_tokens: int
-    fingerprint: Any
-    """The arguments it was submitted with (an idempotency key's replay must match)."""
+    fingerprint: str | None
+    """A digest of the arguments it was submitted with, when under an idempotency key (a
+    replay must match)."""
+    idempotency_key: str | None = None
     created_at: float = field(default_factory=time.time)
     status: str = "queued"
     started_at: float | None = None
@@ -141,7 +157,7 @@ class LocalTools:
             raise invalid("arguments", ["x_webhook"], "webhooks are sent by a service: run "
                           "decide mcp --url to have one called, or poll with get_job")
         with self._book:
-            fingerprint = (job.body, job.priority, job.metadata)
+            fingerprint = _fingerprint(job) if job.idempotency_key is not None else None
             if job.idempotency_key in self._keys:
                 known = self._jobs[self._keys[job.idempotency_key]]
                 if known.fingerprint != fingerprint:
@@ -156,30 +172,41 @@ class LocalTools:
                 plan = engine.plan(request)
             kept = LocalJob(id=f"job_{uuid.uuid4().hex[:24]}", priority=job.priority,
                             model=engine.model_name, metadata=job.metadata, rows=plan.row_total,
-                            input_tokens=plan.input_tokens, fingerprint=fingerprint)
+                            input_tokens=plan.input_tokens, fingerprint=fingerprint,
+                            idempotency_key=job.idempotency_key)
             self._jobs[kept.id] = kept
             if job.idempotency_key is not None:
                 self._keys[job.idempotency_key] = kept.id
+            self._forget_old_jobs()
             self._line.submit(self._run, kept, request)
             return kept
 
+    def _forget_old_jobs(self) -> None:
+        """Past ``KEEP_FINISHED`` finished jobs, the oldest are forgotten (and their keys): a
+        long agent session's memory stays bounded (call with the book held)."""
+        finished = [job for job in self._jobs.values() if job.done.is_set()]
+        for job in finished[:max(0, len(finished) - KEEP_FINISHED)]:
+            del self._jobs[job.id]
+            if job.idempotency_key is not None:
+                self._keys.pop(job.idempotency_key, None)
+
     def _run(self, job: LocalJob, request: DecisionRequest) -> None:
         job.status, job.started_at = "running", time.time()
+        status = "failed"
         try:
             with self._engine_lock:
                 started = time.perf_counter()
                 decision = self._decided(request)
             job.decode_ms = round((time.perf_counter() - started) * 1000, 1)
-            job.result, job.status = decision.to_wire(), "succeeded"
+            job.result, status = decision.to_wire(), "succeeded"
         except (DecideError, ToolFailure) as error:
             job.error = {"error_type": getattr(error, "error_type", "decision_error"),
                          "message": str(error)}
-            job.status = "failed"
         except Exception as error:  # reported on the job, as a worker reports a failed decode
             job.error = {"error_type": "internal_error", "message": repr(error)}
-            job.status = "failed"
         finally:
             job.finished_at = time.time()
+            job.status = status  # last: a finished job is never seen without its finish time
             job.done.set()
 
     async def submit_job(self, job: mcp_tools.JobArguments) -> dict[str, Any]:
@@ -188,7 +215,8 @@ class LocalTools:
     async def get_job(self, job_id: str, wait: float | None) -> dict[str, Any]:
         job = self._jobs.get(job_id)
         if job is None:
-            raise ToolFailure(f"not_found_error: no job {job_id!r} (this process's jobs only)")
+            raise ToolFailure(f"not_found_error: no job {job_id!r} (this process's jobs only; "
+                              f"past {KEEP_FINISHED:,} finished ones, the oldest are forgotten)")
         if wait and not job.done.is_set():
             await anyio.to_thread.run_sync(job.done.wait, wait)
         return job.view()

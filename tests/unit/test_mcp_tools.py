@@ -76,7 +76,8 @@ def test_a_bad_argument_is_described_as_the_http_api_describes_it():
         "idempotency_key: idempotency_key must be a string of 1 to 255 characters": (
             mcp_tools.job_arguments, {"state": "s", "questions": {"r": NOUL},
                                       "idempotency_key": "k" * 256}),
-        "id: id must be a job's id, a non-empty string": (mcp_tools.get_job_arguments, {}),
+        "id: id must be a job's id (job_…: letters, digits, _ and -)": (
+            mcp_tools.get_job_arguments, {}),
         "wait: wait must be a number of seconds from 0 to 60": (
             mcp_tools.get_job_arguments, {"id": "job_1", "wait": True}),
     }

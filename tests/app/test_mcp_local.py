@@ -1,0 +1,102 @@
+"""``decide mcp`` in-process (``decide.cli.mcp_local``) with its engine stubbed: a long agent
+session's jobs stay bounded in memory, an idempotency key's replay is matched by a digest, a
+finished job always shows its finish, and a job id that is no path segment is refused."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import anyio
+import pytest
+
+from decide.api import mcp_tools
+from decide.api.mcp_server import ToolFailure
+from decide.cli import mcp_local
+from decide.core.engine import Decision
+
+NOUL = {"type": "noul", "instructions": "Refund?"}
+
+
+class StubEngine:
+    model_name = "gemma-3-270m"
+
+    def plan(self, request):
+        return SimpleNamespace(row_total=2, input_tokens=5)
+
+
+@pytest.fixture
+def tools(monkeypatch):
+    local = mcp_local.LocalTools()
+    monkeypatch.setattr(local, "_engine", lambda model: StubEngine())
+    monkeypatch.setattr(local, "_decided", lambda request: Decision(
+        model="gemma-3-270m", answers={}, input_tokens=5, build="x86-64-v3"))
+    yield local
+    local.close()
+
+
+def submitted(tools, state: str, key: str | None = None) -> dict:
+    job = mcp_tools.job_arguments({"state": state, "questions": {"r": NOUL},
+                                   **({"idempotency_key": key} if key else {})})
+    return anyio.run(tools.submit_job, job)
+
+
+def finished(tools, job_id: str) -> dict:
+    return anyio.run(tools.get_job, job_id, 10.0)
+
+
+def test_past_the_kept_number_the_oldest_finished_jobs_are_forgotten(tools, monkeypatch):
+    monkeypatch.setattr(mcp_local, "KEEP_FINISHED", 3)
+    ids = []
+    for number in range(6):
+        ids.append(submitted(tools, f"ticket {number}", key=f"k{number}")["id"])
+        assert finished(tools, ids[-1])["status"] == "succeeded"
+    last = submitted(tools, "one more")["id"]
+    finished(tools, last)
+    assert len(tools._jobs) <= 4 and len(tools._keys) <= 3
+    with pytest.raises(ToolFailure, match=r"not_found_error: .* the oldest are forgotten"):
+        anyio.run(tools.get_job, ids[0], None)
+    assert finished(tools, ids[-1])["usage"]["x_build"] == "x86-64-v3"
+
+
+def test_a_replay_is_matched_by_a_digest_not_the_request_kept_whole(tools):
+    first = submitted(tools, "charged twice", key="same")
+    assert submitted(tools, "charged twice", key="same")["id"] == first["id"]
+    with pytest.raises(Exception, match="idempotency_key"):
+        submitted(tools, "another state", key="same")
+    kept = tools._jobs[first["id"]]
+    assert isinstance(kept.fingerprint, str) and len(kept.fingerprint) == 64
+    assert tools._jobs[submitted(tools, "no key")["id"]].fingerprint is None
+
+
+def test_a_job_seen_finished_always_shows_when_it_finished(tools, monkeypatch):
+    release = threading.Event()
+    decided = tools._decided
+
+    def slow(request):
+        release.wait(10)
+        return decided(request)
+
+    monkeypatch.setattr(tools, "_decided", slow)
+    job_id = submitted(tools, "slow one")["id"]
+    seen = []
+
+    def poll() -> None:
+        while not tools._jobs[job_id].done.is_set():
+            view = tools._jobs[job_id].view()
+            seen.append((view["status"], view["finished_at"]))
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    release.set()
+    poller.join(10)
+    view = finished(tools, job_id)
+    assert view["status"] == "succeeded" and view["finished_at"] is not None
+    assert all(finished_at is not None for status, finished_at in seen
+               if status in ("succeeded", "failed"))
+
+
+@pytest.mark.parametrize("job_id", [".", "..", "job_1/cancel", "job 1", ""])
+def test_a_job_id_that_is_no_path_segment_is_refused_naming_id(job_id):
+    with pytest.raises(Exception, match="id must be a job's id"):
+        mcp_tools.get_job_arguments({"id": job_id})
