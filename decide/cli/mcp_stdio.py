@@ -21,7 +21,7 @@ from mcp.server.stdio import stdio_server
 from decide.api import mcp_tools
 from decide.api.mcp_server import Backend, ToolFailure, build_server
 from decide.client import AsyncClient
-from decide.client.errors import APIError, InvalidRequestError
+from decide.client.errors import APIError, InvalidRequestError, ServiceUnreachableError
 
 
 def refused(error: APIError) -> ToolFailure:
@@ -29,6 +29,8 @@ def refused(error: APIError) -> ToolFailure:
     422 as the front door's tools say it (``invalid arguments: field: what is allowed``)."""
     if isinstance(error, InvalidRequestError):
         return ToolFailure(f"invalid arguments: {error.message}")
+    if isinstance(error, ServiceUnreachableError):  # no answer at all: down, or too slow
+        return ToolFailure(f"unavailable_error: {error.message}")
     return ToolFailure(f"{error.error_type or 'error'}: {error.message}")
 
 

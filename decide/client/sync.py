@@ -47,6 +47,9 @@ class Client:
         try:
             return self._http.request(method, path, json=json_body, params=params,
                                       headers=headers, timeout=timeout)
+        except httpx.TimeoutException as error:
+            raise ServiceUnreachableError(
+                f"no answer from {self._http.base_url} within {timeout:g} s") from error
         except httpx.TransportError as error:
             raise ServiceUnreachableError(
                 f"cannot reach {self._http.base_url}: {error}") from error

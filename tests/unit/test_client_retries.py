@@ -93,6 +93,23 @@ def test_an_unreachable_service_is_named(label: Label):
         label(httpx.MockTransport(refuse), 5.0, [])
 
 
+@CLIENTS
+def test_a_service_too_slow_to_answer_is_told_from_one_that_is_down(label: Label):
+    def slow(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    with pytest.raises(ServiceUnreachableError,
+                       match=r"no answer from http://decide\.test within [\d.]+ s"):
+        label(httpx.MockTransport(slow), 5.0, [])
+
+
+def test_a_tool_says_an_unreachable_service_as_unavailable_error():
+    from decide.cli.mcp_stdio import refused
+
+    failure = refused(ServiceUnreachableError("no answer from http://x within 2 s"))
+    assert str(failure) == "unavailable_error: no answer from http://x within 2 s"
+
+
 def test_each_try_gets_what_is_left_of_the_call_and_at_least_a_tenth():
     assert 9.0 < Retries(10.0).try_timeout() <= 10.0
     assert Retries(0.0).try_timeout() == 0.1
