@@ -96,7 +96,10 @@ def upgrade() -> None:
     op.add_column("batches", sa.Column("webhook_url", sa.Text, nullable=True))
     op.add_column("batches", sa.Column("completion_noted", sa.Boolean, nullable=False,
                                        server_default=sa.false()))
-    op.execute("UPDATE batches SET completion_noted = true")
+    # a batch finished before webhooks existed is noted (no event for the past); one still
+    # running is left unnoted, so its batch.completed is written when it completes
+    op.execute("UPDATE batches SET completion_noted = true WHERE NOT EXISTS (SELECT 1 FROM jobs "
+               "WHERE jobs.batch_id = batches.id AND jobs.status IN ('queued', 'running'))")
     op.create_index("ix_batches_unnoted", "batches", ["id"],
                     postgresql_where=sa.text(UNNOTED), sqlite_where=sa.text(UNNOTED))
     if op.get_bind().dialect.name == "postgresql":

@@ -4,6 +4,8 @@ logged (issue 25, item 3)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from sqlalchemy import event as sqlalchemy_event
 
@@ -307,3 +309,33 @@ def test_the_unnoted_batches_are_read_by_their_partial_index(db):
     predicate's text, ``= false``)."""
     plan = query_plan(db, lambda: outbox.note_completed_batches(db), "batches")
     assert "ix_batches_unnoted" in plan, plan
+
+
+def test_the_webhooks_migration_leaves_a_running_batch_to_be_noted(db):
+    """Upgrading to webhooks (0009) marks the batches that had finished as noted (no event
+    for the past) but not one still running: its ``batch.completed`` is written when it
+    completes, as every batch's is after the upgrade."""
+    from alembic import command
+
+    from decide.migrations.apply import alembic_config, upgrade
+
+    def made(states: list[str]) -> tuple[str, list[str]]:
+        batch, items = batches.create_batch(
+            db, owner="alice", model="m", priority="background",
+            questions=REQUEST["questions"], metadata=None,
+            items=[(f"c{i}", state) for i, state in enumerate(states)], rows_per_item=1)
+        return batch.id, items
+
+    _, done_items = made(["a"])
+    running, running_items = made(["b", "c"])
+    for item in [*done_items, running_items[0]]:
+        finish(db, SimpleNamespace(id=item))
+    url = db.url.render_as_string(hide_password=False)
+    command.downgrade(alembic_config(url), "0008")
+    upgrade(url)
+    webhooks.add_endpoint(db, owner="alice", url="https://hooks.example.com/h",
+                          events=[webhooks.BATCH_COMPLETED])
+    finish(db, SimpleNamespace(id=running_items[1]))
+    noted = outbox.note_completed_batches(db)
+    assert noted.batches == [running]  # the finished one was noted by the upgrade itself
+    assert [event.subject_id for event in outbox.due_events(db, 10)] == [running]
