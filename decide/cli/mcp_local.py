@@ -3,9 +3,11 @@
 
 ``decide`` and ``rerank`` decode at once (a rerank as the service decodes it: one decision
 over the query, a relevance noul per document); ``submit_job`` keeps a job in this process's
-memory and decodes it on one background thread, in order; ``get_job`` reads it (with a
-wait). The engine is used by one thread at a time, so a ``decide`` waits at most for the job
-being decoded. Jobs are shaped as the service's, and forgotten when the process ends.
+memory and decodes it on one background thread, in order (it is planned, its limits
+checked, with the model's vocabulary alone, so a submission never waits for a decode);
+``get_job`` reads it (with a wait). The engine is used by one thread at a time, so a
+``decide`` waits for the decode in progress. Jobs are shaped as the service's, and forgotten
+when the process ends (or, finished, past ``KEEP_FINISHED``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from decide.core.protocol import DecisionRequest, parse_request
 from decide.core.rerank import decision_body, documents_read, parse_rerank, rerank_response
 from decide.llm.catalog import load_catalog
 from decide.llm.decoding import load_decoding_engine
+from decide.llm.engines import load_planner
 from decide.runner.in_process import build_in_use
 
 KEEP_FINISHED = 1000
@@ -94,6 +97,7 @@ class LocalTools:
         self.settings = settings or Settings()
         self.catalog = load_catalog(self.settings)
         self._loaded: dict[str, Any] = {}
+        self._planners: dict[str, Any] = {}
         self._engine_lock = threading.Lock()
         self._jobs: dict[str, LocalJob] = {}
         self._keys: dict[str, str] = {}
@@ -107,18 +111,29 @@ class LocalTools:
 
     def close(self) -> None:
         self._line.shutdown(cancel_futures=True)
-        for loaded in self._loaded.values():
+        for loaded in [*self._loaded.values(), *self._planners.values()]:
             loaded.close()
+
+    def _config(self, model: str | None) -> Any:
+        try:
+            return self.catalog.get(model)
+        except ConfigError as error:
+            raise ToolFailure(f"not_found_error: {error}") from error
 
     def _engine(self, model: str | None) -> Any:
         """The engine of the model a request names (call with the engine lock held)."""
-        try:
-            config = self.catalog.get(model)
-        except ConfigError as error:
-            raise ToolFailure(f"not_found_error: {error}") from error
+        config = self._config(model)
         if config.name not in self._loaded:
             self._loaded[config.name] = load_decoding_engine(config, self.settings)
         return self._loaded[config.name].engine
+
+    def _planner(self, model: str | None) -> Any:
+        """The planner of the model a request names, from its vocabulary alone (call with the
+        book held): a job is planned while another decodes, never waiting for it."""
+        config = self._config(model)
+        if config.name not in self._planners:
+            self._planners[config.name] = load_planner(config, self.settings)
+        return self._planners[config.name].engine
 
     def _decided(self, request: DecisionRequest) -> Decision:
         """The request decoded (call with the engine lock held), with the build that did it."""
@@ -167,9 +182,8 @@ class LocalTools:
                                   "idempotency_conflict")
                 return known
             request = parse_request(job.body)
-            with self._engine_lock:
-                engine = self._engine(request.model)
-                plan = engine.plan(request)
+            engine = self._planner(request.model)
+            plan = engine.plan(request)
             kept = LocalJob(id=f"job_{uuid.uuid4().hex[:24]}", priority=job.priority,
                             model=engine.model_name, metadata=job.metadata, rows=plan.row_total,
                             input_tokens=plan.input_tokens, fingerprint=fingerprint,

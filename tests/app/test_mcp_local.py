@@ -29,6 +29,7 @@ class StubEngine:
 def tools(monkeypatch):
     local = mcp_local.LocalTools()
     monkeypatch.setattr(local, "_engine", lambda model: StubEngine())
+    monkeypatch.setattr(local, "_planner", lambda model: StubEngine())
     monkeypatch.setattr(local, "_decided", lambda request: Decision(
         model="gemma-3-270m", answers={}, input_tokens=5, build="x86-64-v3"))
     yield local
@@ -100,3 +101,32 @@ def test_a_job_seen_finished_always_shows_when_it_finished(tools, monkeypatch):
 def test_a_job_id_that_is_no_path_segment_is_refused_naming_id(job_id):
     with pytest.raises(Exception, match="id must be a job's id"):
         mcp_tools.get_job_arguments({"id": job_id})
+
+
+def test_a_submission_is_planned_while_another_job_decodes(tools):
+    """The engine held by a decode (its lock taken here): a submission is still answered at
+    once, queued, planned from the vocabulary alone."""
+    answered: dict[str, dict] = {}
+    with tools._engine_lock:
+        submitting = threading.Thread(
+            target=lambda: answered.update(job=submitted(tools, "while another decodes")))
+        submitting.start()
+        submitting.join(5)
+        assert not submitting.is_alive()  # it waited for no decode
+    submitting.join()
+    job = answered["job"]
+    assert job["status"] in ("queued", "running") and job["usage"]["rows"] == 2
+    assert finished(tools, job["id"])["status"] == "succeeded"
+
+
+def test_the_planner_reads_the_vocabulary_alone_and_plans_as_the_engine_does():
+    local = mcp_local.LocalTools()
+    try:
+        request = mcp_tools.job_arguments({"state": "s", "questions": {"r": NOUL}}).body
+        from decide.core.protocol import parse_request
+
+        plan = local._planner(None).plan(parse_request(request))
+        assert plan.row_total == 4 and plan.input_tokens > 0  # the option readout's rows
+        assert local._loaded == {}  # no decoding engine was loaded for it
+    finally:
+        local.close()
