@@ -37,6 +37,9 @@ from decide.llm.decoding import load_decoding_engine
 from decide.llm.engines import load_planner
 from decide.runner.in_process import build_in_use
 
+WAIT_POLL_SECONDS = 0.05
+"""How often ``get_job``'s wait looks at its job (a sleep, cancelled at once when the client
+leaves, where a thread waiting on the job could not be)."""
 KEEP_FINISHED = 1000
 """Finished jobs kept for ``get_job``; older ones are forgotten (the service keeps its own
 for ``DECIDE_RETENTION_DAYS``)."""
@@ -48,6 +51,10 @@ def _fingerprint(job: mcp_tools.JobArguments) -> str:
     canonical = json.dumps([job.body, job.priority, job.metadata], sort_keys=True,
                            ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class Closing(ToolFailure):
+    """The tools are closing: a decode stops before its next row."""
 
 
 @dataclass
@@ -104,15 +111,25 @@ class LocalTools:
         self._book = threading.Lock()
         """Held while a job is accepted: a key's replay and its first use never race."""
         self._line = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decide-mcp-job")
+        self._closing = threading.Event()
 
     @property
     def model_names(self) -> list[str]:
         return sorted(self.catalog.models)
 
     def close(self) -> None:
+        """Stop: a decode in progress stops before its next row (its job ``cancelled``), the
+        jobs in line are dropped, and the models are closed once no decode holds them."""
+        self._closing.set()
         self._line.shutdown(cancel_futures=True)
-        for loaded in [*self._loaded.values(), *self._planners.values()]:
-            loaded.close()
+        with self._engine_lock:
+            for loaded in [*self._loaded.values(), *self._planners.values()]:
+                loaded.close()
+
+    def _still_open(self) -> None:
+        """Called before each row a decode reads: raises once the tools are closing."""
+        if self._closing.is_set():
+            raise Closing("cancelled: decide mcp is stopping")
 
     def _config(self, model: str | None) -> Any:
         try:
@@ -137,7 +154,8 @@ class LocalTools:
 
     def _decided(self, request: DecisionRequest) -> Decision:
         """The request decoded (call with the engine lock held), with the build that did it."""
-        return replace(self._engine(request.model).decide(request), build=build_in_use())
+        return replace(self._engine(request.model).decide(request, self._still_open),
+                       build=build_in_use())
 
     def _decide_now(self, body: dict[str, Any]) -> dict[str, Any]:
         request = parse_request(body)
@@ -213,6 +231,10 @@ class LocalTools:
                 decision = self._decided(request)
             job.decode_ms = round((time.perf_counter() - started) * 1000, 1)
             job.result, status = decision.to_wire(), "succeeded"
+        except Closing:
+            status = "cancelled"
+            job.error = {"error_type": "cancelled",
+                         "message": "decide mcp stopped before the job finished"}
         except (DecideError, ToolFailure) as error:
             job.error = {"error_type": getattr(error, "error_type", "decision_error"),
                          "message": str(error)}
@@ -231,6 +253,7 @@ class LocalTools:
         if job is None:
             raise ToolFailure(f"not_found_error: no job {job_id!r} (this process's jobs only; "
                               f"past {KEEP_FINISHED:,} finished ones, the oldest are forgotten)")
-        if wait and not job.done.is_set():
-            await anyio.to_thread.run_sync(job.done.wait, wait)
+        deadline = time.monotonic() + (wait or 0)
+        while not job.done.is_set() and time.monotonic() < deadline:  # no thread to cancel
+            await anyio.sleep(min(WAIT_POLL_SECONDS, deadline - time.monotonic()))
         return job.view()

@@ -5,6 +5,7 @@ finished job always shows its finish, and a job id that is no path segment is re
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 import anyio
@@ -130,3 +131,43 @@ def test_the_planner_reads_the_vocabulary_alone_and_plans_as_the_engine_does():
         assert local._loaded == {}  # no decoding engine was loaded for it
     finally:
         local.close()
+
+
+def test_closing_stops_a_decode_at_its_next_row_and_drops_the_line(monkeypatch):
+    """``decide mcp`` stopping (its client closed stdin) does not wait for a long job: the
+    decode stops before its next row, its job ends cancelled, the jobs in line never run."""
+    local = mcp_local.LocalTools()
+    monkeypatch.setattr(local, "_planner", lambda model: StubEngine())
+    rows_read = threading.Event()
+
+    class Rows:
+        model_name = "gemma-3-270m"
+
+        def decide(self, request, before_row):
+            while True:  # a decode of very many rows, one checked at a time
+                before_row()
+                rows_read.set()
+                time.sleep(0.01)
+
+    monkeypatch.setattr(local, "_engine", lambda model: Rows())
+    long_job = submitted(local, "a long job")["id"]
+    queued = submitted(local, "in line behind it")["id"]
+    assert rows_read.wait(5)
+    started = time.monotonic()
+    local.close()
+    assert time.monotonic() - started < 5
+    assert local._jobs[long_job].view()["status"] == "cancelled"
+    assert local._jobs[long_job].error["error_type"] == "cancelled"
+    assert local._jobs[queued].view()["status"] == "queued"  # dropped, never decoded
+
+
+def test_a_get_job_wait_ends_at_its_wait_without_a_thread(tools, monkeypatch):
+    release = threading.Event()
+    decided = tools._decided
+    monkeypatch.setattr(tools, "_decided", lambda request: release.wait(10) and decided(request))
+    job_id = submitted(tools, "held")["id"]
+    started = time.monotonic()
+    assert anyio.run(tools.get_job, job_id, 0.3)["status"] in ("queued", "running")
+    assert 0.25 < time.monotonic() - started < 3
+    release.set()
+    assert finished(tools, job_id)["status"] == "succeeded"
