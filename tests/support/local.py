@@ -87,12 +87,14 @@ class LocalCluster:
         """A ``decide worker``; with ``own_pid_namespace`` it is PID 1 of a PID namespace of
         its own, as in a container (killing the returned process kills it); with
         ``clock_offset`` (``"-30s"``) its wall clock, and its runner's, is moved by libfaketime
-        (``faketime``). Its metrics go to a free port of the test's choosing, or with
-        ``default_metrics_port`` where an operator's worker puts them (9101 or the next free
-        port above it)."""
+        (``faketime -m``: its thread-safe library; the default one sporadically crashed the
+        multithreaded worker with SIGSEGV under load). Its metrics go to a free port of the
+        test's choosing, or with ``default_metrics_port`` where an operator's worker puts them
+        (9101 or the next free port above it)."""
         prefix: tuple[str, ...] = ()
         if clock_offset:
-            prefix += ("env", "FAKETIME_DONT_FAKE_MONOTONIC=1", "faketime", "-f", clock_offset)
+            prefix += ("env", "FAKETIME_DONT_FAKE_MONOTONIC=1", "faketime", "-m", "-f",
+                       clock_offset)
         if own_pid_namespace:
             prefix = ("unshare", "--pid", "--mount-proc", "--kill-child", *prefix)
         ports = () if default_metrics_port else ("--metrics-port", str(free_port()))
