@@ -13,7 +13,8 @@ class UsageError(Exception):
     """A mistake in how ``decide`` was called."""
 
 
-def add_service_args(command: argparse.ArgumentParser, url_default: str | None) -> None:
+def add_service_args(command: argparse.ArgumentParser, url_default: str | None,
+                     timeout_default: float = 600.0) -> None:
     """``--url``, ``--api-key`` and ``--timeout`` of a command that can go through a service."""
     command.add_argument("--url", default=url_default,
                          help="a running service (default DECIDE_URL"
@@ -21,8 +22,9 @@ def add_service_args(command: argparse.ArgumentParser, url_default: str | None) 
                                  "; none: answer in-process)"))
     command.add_argument("--api-key", default=os.environ.get("DECIDE_API_KEY"),
                          help="an API key (default DECIDE_API_KEY)")
-    command.add_argument("--timeout", type=float, default=600.0,
-                         help="seconds a call may take, retries included")
+    command.add_argument("--timeout", type=float, default=timeout_default,
+                         help=f"seconds a call may take, retries included (default "
+                              f"{timeout_default:g})")
 
 
 def show_progress(done: int, total: int) -> None:

@@ -28,6 +28,10 @@ Handler = Callable[[argparse.Namespace], int]
 """A command's function: its parsed arguments in, the exit status out."""
 
 
+MCP_TIMEOUT_SECONDS = 120.0
+"""``decide mcp --url``'s default ``--timeout``: the client's own default."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every command, each with its handler (``args.handler``)."""
     parser = argparse.ArgumentParser(prog="decide", description=(
@@ -130,7 +134,9 @@ def _add_service_commands(commands: Any) -> None:
     migrate.set_defaults(handler=_in_service("migrate"))
     mcp = commands.add_parser("mcp", help="the MCP tools (decide, rerank, submit_job, get_job) "
                               "over stdio for an agent: through --url, or in-process")
-    add_service_args(mcp, os.environ.get("DECIDE_URL"))
+    # an agent's tool call: the sync wait (60 s) and a retry or two, and a refusal that asks
+    # for a longer wait (Retry-After 300: a request that can never be queued) said at once
+    add_service_args(mcp, os.environ.get("DECIDE_URL"), timeout_default=MCP_TIMEOUT_SECONDS)
     mcp.set_defaults(handler=_in_service("mcp"))
     keys = commands.add_parser("keys", help="API keys in a file (DECIDE_API_KEYS_FILE)")
     keys.add_argument("action", choices=["ensure"],

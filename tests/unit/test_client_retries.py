@@ -5,6 +5,7 @@ counted, everything else answered or raised at once."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import httpx
@@ -124,3 +125,30 @@ def test_the_reply_is_there_only_once_the_call_is_answered():
     assert retries.settle(httpx.Response(200, json=LABELLED)) is None
     body, headers = retries.reply
     assert body == LABELLED and headers["content-type"] == "application/json"
+
+
+def test_through_mcp_a_request_that_can_never_be_queued_is_refused_at_once():
+    """``decide mcp --url`` waits at most 120 s a call by default, so a refusal asking for 300
+    s (a request larger than the key's whole quota) is said to the agent at once instead of
+    being retried in vain until the agent's own call has timed out."""
+    import anyio
+
+    from decide.api.mcp_server import ToolFailure
+    from decide.cli.main import build_parser
+    from decide.cli.mcp_stdio import RemoteTools
+    from decide.client import AsyncClient
+
+    args = build_parser().parse_args(["mcp", "--url", "http://decide.test"])
+    assert args.timeout == 120.0
+    never = httpx.MockTransport(lambda request: httpx.Response(
+        429, headers={"Retry-After": "300"},
+        json={"detail": {"error_type": "rate_limit_error", "message": "it can never be queued"}}))
+
+    async def call() -> None:
+        async with AsyncClient(args.url, timeout=args.timeout, transport=never) as client:
+            await RemoteTools(client).decide({"state": "s", "questions": {}}, "foreground")
+
+    started = time.monotonic()
+    with pytest.raises(ToolFailure, match="rate_limit_error: it can never be queued"):
+        anyio.run(call)
+    assert time.monotonic() - started < 5
