@@ -12,8 +12,6 @@ when the process ends (or, finished, past ``KEEP_FINISHED``).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import time
 import uuid
@@ -26,6 +24,7 @@ import anyio
 from decide.api import mcp_tools
 from decide.api.errors import invalid
 from decide.api.mcp_server import ToolFailure
+from decide.api.submit import request_hash
 from decide.api.views import timestamp
 from decide.config.settings import Settings
 from decide.core.engine import Decision
@@ -43,14 +42,6 @@ leaves, where a thread waiting on the job could not be)."""
 KEEP_FINISHED = 1000
 """Finished jobs kept for ``get_job``; older ones are forgotten (the service keeps its own
 for ``DECIDE_RETENTION_DAYS``)."""
-
-
-def _fingerprint(job: mcp_tools.JobArguments) -> str:
-    """The arguments of a submission as a digest: a replay under the same idempotency key
-    must match it, and no request is kept whole for the comparison."""
-    canonical = json.dumps([job.body, job.priority, job.metadata], sort_keys=True,
-                           ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 class Closing(ToolFailure):
@@ -190,7 +181,8 @@ class LocalTools:
             raise invalid("arguments", ["x_webhook"], "webhooks are sent by a service: run "
                           "decide mcp --url to have one called, or poll with get_job")
         with self._book:
-            fingerprint = _fingerprint(job) if job.idempotency_key is not None else None
+            fingerprint = (request_hash(job.body, job.priority, job.metadata)
+                           if job.idempotency_key is not None else None)
             if job.idempotency_key in self._keys:
                 known = self._jobs[self._keys[job.idempotency_key]]
                 if known.fingerprint != fingerprint:
