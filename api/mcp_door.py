@@ -163,14 +163,13 @@ class McpSessions:
         assert self._stopping is not None
         await self._wanted.wait()
         try:
-            if self._stopping.is_set():
-                raise RuntimeError("the front door is stopping")
-            manager = await anyio.to_thread.run_sync(self._make)
-            async with manager.run():
-                self._manager = manager
-                self._ready.set()
-                await self._stopping.wait()
-            raise RuntimeError("the front door is stopping")
+            if not self._stopping.is_set():
+                manager = await anyio.to_thread.run_sync(self._make)
+                async with manager.run():
+                    self._manager = manager
+                    self._ready.set()
+                    await self._stopping.wait()
+            self._failure = RuntimeError("the front door is stopping")
         except Exception as error:  # said to every call that waits, never crashing the app
             self._failure = error
         finally:

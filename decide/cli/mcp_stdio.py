@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import logging
 from typing import Any
-from urllib.parse import quote
 
 import anyio
 from mcp.server.stdio import stdio_server
@@ -78,10 +77,10 @@ class RemoteTools:
 
     async def get_job(self, job_id: str, wait: float | None) -> dict[str, Any]:
         """``GET /v1/jobs/{id}``'s answer as it came (``x_webhook`` included, which the
-        client's ``Job`` leaves out); the id escaped, so it names one job whatever it holds."""
+        client's ``Job`` leaves out); the id is one path segment (``get_job_arguments``)."""
         params = {"wait": wait} if wait else None
         try:
-            answer, _ = await self.client._call("GET", f"/v1/jobs/{quote(job_id, safe='')}",
+            answer, _ = await self.client._call("GET", f"/v1/jobs/{job_id}",
                                                 params=params,
                                                 timeout=(wait or 0) + self.client.timeout)
         except APIError as error:

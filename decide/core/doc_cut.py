@@ -24,8 +24,9 @@ def cut_to_tokens(text: str, limit: int, count: Count) -> str:
     over = _prefix_over(text, limit, count)
     if over == len(text) and count(text) <= limit:
         return text
-    text = text.lstrip()  # a cut never keeps only the blank a document opens with
-    over = _prefix_over(text, limit, count)
+    stripped = text.lstrip()  # a cut never keeps only the blank a document opens with
+    if len(stripped) != len(text):  # counted again only when something was dropped
+        text, over = stripped, _prefix_over(stripped, limit, count)
     words = [match.start() for match in _SPACE.finditer(text, 0, over) if match.start() > 0]
     cut = _longest_fitting(text, words, limit, count)
     if cut == 0:
