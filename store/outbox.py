@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Select, delete, literal_column, select, update
 
 from decide.store import batches
-from decide.store.clock import database_now, statement_now
+from decide.store.clock import database_now, read_database_now, statement_now
 from decide.store.ids import new_id
 from decide.store.tables import batches as batch_table
 from decide.store.tables import webhook_attempts, webhook_endpoints, webhook_events
@@ -226,11 +226,12 @@ def subject_deliveries(db: Engine, subject_id: str, owner: str, *, limit: int,
 
 
 def purge(db: Engine, older_than_seconds: float) -> int:
-    """Forget events finished (delivered or failed) that long ago, and their tries."""
-    cutoff = database_now(db) - older_than_seconds
+    """Forget events finished (delivered or failed) that long ago, and their tries (read by
+    the index on ``finished_at``, which a pending event has not set). The cut-off is read
+    once, a value both deletes share and an index can bound a scan by."""
+    cutoff = read_database_now(db) - older_than_seconds
     with db.begin() as connection:
-        old = select(webhook_events.c.id).where(webhook_events.c.status != PENDING,
-                                                webhook_events.c.finished_at < cutoff)
+        old = select(webhook_events.c.id).where(webhook_events.c.finished_at < cutoff)
         connection.execute(delete(webhook_attempts).where(
             webhook_attempts.c.event_id.in_(old)))
         return connection.execute(delete(webhook_events).where(

@@ -223,8 +223,10 @@ webhook_events = Table(
     Index("ix_webhook_events_due", "next_attempt_at", postgresql_where=text(PENDING),
           sqlite_where=text(PENDING)),
     Index("ix_webhook_events_subject", "subject_id"),
+    Index("ix_webhook_events_finished", "finished_at"),
 )
-"""The webhook outbox: one row per event and destination (migration 0009, ``store.outbox``)."""
+"""The webhook outbox: one row per event and destination (migrations 0009 and 0010,
+``store.outbox``)."""
 
 webhook_attempts = Table(
     "webhook_attempts", metadata,

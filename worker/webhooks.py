@@ -179,7 +179,8 @@ class WebhookDelivery(LoopThread):
             job = job_reads.get_job(self._db, event.subject_id)
             if job is not None:
                 return encoded(event.event_type, event.created_at, job_data(job))
-        # purged by retention before its first try: what is still known
+        # gone before its first try (retention keeps what a pending event is about, so only
+        # a row deleted by hand): what is still known
         return encoded(event.event_type, event.created_at,
                        {"id": event.subject_id, "purged": True})
 

@@ -9,7 +9,16 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import event as sqlalchemy_event
 
-from decide.store import batches, job_claims, jobs, outbox, retention, submission, webhooks
+from decide.store import (
+    batches,
+    job_claims,
+    job_reads,
+    jobs,
+    outbox,
+    retention,
+    submission,
+    webhooks,
+)
 from decide.store.clock import read_database_now
 
 REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
@@ -71,6 +80,42 @@ def test_cancel_and_expiry_write_the_event_too(db):
         webhooks.JOB_FINISHED]
     assert len(outbox.events_of(db, expired.id)) == 1
 
+
+
+def deliver_all(db, subject_id):
+    for event in outbox.events_of(db, subject_id):
+        claimed = outbox.claim(db, event, lease_seconds=60)
+        assert outbox.record_try(db, claimed, outbox.Try(204, None, 1.0),
+                                 retry_in=None) == outbox.DELIVERED
+
+
+def test_retention_keeps_a_job_until_its_webhook_is_sent(db):
+    """A retention shorter than the webhooks' give-up (24 h) must not delete a job its
+    receiver is yet to hear about: the event is composed from the job at its first try."""
+    announced = new_job(db, notify=True, webhook_url="https://jobs.example/hook")
+    quiet = new_job(db)
+    finish(db, announced)
+    finish(db, quiet)
+    assert retention.apply_retention(db, read_database_now(db) + 1) == 1  # the quiet one
+    assert job_reads.get_job(db, quiet.id) is None
+    assert job_reads.get_job(db, announced.id) is not None
+    deliver_all(db, announced.id)
+    assert retention.apply_retention(db, read_database_now(db) + 1) == 1
+    assert job_reads.get_job(db, announced.id) is None
+
+
+def test_retention_keeps_a_batch_until_its_webhook_is_sent(db):
+    batch, job_ids = batches.create_batch(
+        db, owner="alice", model="m", priority="background", questions=REQUEST["questions"],
+        metadata=None, items=[("a", "x")], rows_per_item=1,
+        webhook_url="https://batch.example/hook")
+    finish(db, SimpleNamespace(id=job_ids[0]))
+    assert outbox.note_completed_batches(db).batches == [batch.id]
+    assert retention.apply_retention(db, read_database_now(db) + 1) == 0
+    assert batches.get_batch(db, batch.id, "alice") is not None
+    deliver_all(db, batch.id)
+    assert retention.apply_retention(db, read_database_now(db) + 1) == 1
+    assert batches.get_batch(db, batch.id, "alice") is None
 
 def test_a_claim_is_taken_once_and_a_try_moves_the_event_on(db):
     webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
@@ -268,13 +313,14 @@ def test_a_subjects_log_holds_every_try_of_its_events_for_its_owner_only(db):
 
 
 def query_plan(db, call, table: str) -> str:
-    """The plan of the first statement ``call()`` sends that reads ``table``, as the database
-    would run it (PostgreSQL told to avoid a sequential scan where an index can serve, so the
-    plan says whether one can)."""
+    """The plan of the first query or delete ``call()`` sends that reads ``table``, as the
+    database would run it (PostgreSQL told to avoid a sequential scan where an index can
+    serve, so the plan says whether one can)."""
     seen: list[tuple[str, object]] = []
 
     def capture(connection, cursor, statement, parameters, context, executemany):
-        if statement.lstrip().upper().startswith("SELECT") and f"FROM {table}" in statement:
+        if statement.lstrip().upper().startswith(("SELECT", "DELETE")) and \
+                f"FROM {table}" in statement:
             seen.append((statement, parameters))
 
     sqlalchemy_event.listen(db, "before_cursor_execute", capture)
@@ -301,6 +347,13 @@ def test_the_due_events_are_read_by_the_index_bounded_by_now(db):
     assert "ix_webhook_events_due" in plan, plan
     if db.dialect.name == "postgresql":
         assert "Index Cond: (next_attempt_at <=" in plan, plan
+
+
+def test_the_purge_reads_finished_events_by_their_index(db):
+    """The hourly purge of finished events reads them by when they finished (migration
+    0010), not by a walk over the whole outbox."""
+    plan = query_plan(db, lambda: outbox.purge(db, 3600), "webhook_events")
+    assert "ix_webhook_events_finished" in plan, plan
 
 
 def test_the_unnoted_batches_are_read_by_their_partial_index(db):
