@@ -108,6 +108,11 @@ class LocalTools:
     def model_names(self) -> list[str]:
         return sorted(self.catalog.models)
 
+    def stop_decoding(self) -> None:
+        """The client is gone: a decode in progress (a call's or a job's) stops before its next
+        row, and no other starts; ``close`` then releases the models."""
+        self._closing.set()
+
     def close(self) -> None:
         """Stop: a decode in progress stops before its next row (its job ``cancelled``), the
         jobs in line are dropped, and the models are closed once no decode holds them."""

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.stdio import stdio_server
 
 from decide.api import mcp_tools
@@ -88,11 +90,33 @@ class RemoteTools:
         return answer
 
 
-async def serve(backend: Backend, model_names: list[str] | None = None) -> None:
+async def serve(backend: Backend, model_names: list[str] | None = None,
+                at_end_of_input: Callable[[], None] | None = None) -> None:
     """Serve the tools on standard input and output until the client closes them."""
-    server = build_server(lambda _: backend, model_names)
     async with stdio_server() as (reading, writing):
-        await server.run(reading, writing, server.create_initialization_options())
+        await serve_streams(backend, model_names, reading, writing, at_end_of_input)
+
+
+async def serve_streams(backend: Backend, model_names: list[str] | None,
+                        reading: MemoryObjectReceiveStream[Any],
+                        writing: MemoryObjectSendStream[Any],
+                        at_end_of_input: Callable[[], None] | None = None) -> None:
+    """Serve the tools on a pair of message streams. ``at_end_of_input`` is called as soon as
+    the client's side ends: the SDK then waits for the calls in flight before it returns, and
+    a decode in a thread would otherwise run to its end for an answer nobody reads."""
+    server = build_server(lambda _: backend, model_names)
+    forward_send, forward_receive = anyio.create_memory_object_stream[Any](0)
+
+    async def forward() -> None:
+        async with reading, forward_send:
+            async for message in reading:
+                await forward_send.send(message)
+        if at_end_of_input is not None:
+            at_end_of_input()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(forward)
+        await server.run(forward_receive, writing, server.create_initialization_options())
 
 
 def mcp_command(args: argparse.Namespace) -> int:
@@ -110,7 +134,7 @@ def mcp_command(args: argparse.Namespace) -> int:
 
     tools = LocalTools()
     try:
-        anyio.run(serve, tools, tools.model_names)
+        anyio.run(serve, tools, tools.model_names, tools.stop_decoding)
     finally:
         tools.close()
     return 0

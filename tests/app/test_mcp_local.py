@@ -1,6 +1,7 @@
 """``decide mcp`` in-process (``decide.cli.mcp_local``) with its engine stubbed: a long agent
 session's jobs stay bounded in memory, an idempotency key's replay is matched by a digest, a
-finished job always shows its finish, and a job id that is no path segment is refused."""
+finished job always shows its finish, a job id that is no path segment is refused, and a
+client that leaves stops the decode in progress."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from types import SimpleNamespace
 
 import anyio
 import pytest
+from mcp.shared.message import SessionMessage
+from mcp.types import JSONRPCMessage
+from pydantic import TypeAdapter
 
 from decide.api import mcp_tools
 from decide.api.mcp_server import ToolFailure
-from decide.cli import mcp_local
+from decide.cli import mcp_local, mcp_stdio
 from decide.core.engine import Decision
 
 NOUL = {"type": "noul", "instructions": "Refund?"}
@@ -133,26 +137,32 @@ def test_the_planner_reads_the_vocabulary_alone_and_plans_as_the_engine_does():
         local.close()
 
 
+class ManyRows:
+    """An engine whose decode reads 1,000 rows of 10 ms each, checking before each one."""
+
+    model_name = "gemma-3-270m"
+
+    def __init__(self) -> None:
+        self.read = threading.Event()
+
+    def decide(self, request, before_row):
+        for _ in range(1000):
+            before_row()
+            self.read.set()
+            time.sleep(0.01)
+        return Decision(model=self.model_name, answers={}, input_tokens=5)
+
+
 def test_closing_stops_a_decode_at_its_next_row_and_drops_the_line(monkeypatch):
     """``decide mcp`` stopping (its client closed stdin) does not wait for a long job: the
     decode stops before its next row, its job ends cancelled, the jobs in line never run."""
     local = mcp_local.LocalTools()
     monkeypatch.setattr(local, "_planner", lambda model: StubEngine())
-    rows_read = threading.Event()
-
-    class Rows:
-        model_name = "gemma-3-270m"
-
-        def decide(self, request, before_row):
-            while True:  # a decode of very many rows, one checked at a time
-                before_row()
-                rows_read.set()
-                time.sleep(0.01)
-
-    monkeypatch.setattr(local, "_engine", lambda model: Rows())
+    rows = ManyRows()
+    monkeypatch.setattr(local, "_engine", lambda model: rows)
     long_job = submitted(local, "a long job")["id"]
     queued = submitted(local, "in line behind it")["id"]
-    assert rows_read.wait(5)
+    assert rows.read.wait(5)
     started = time.monotonic()
     local.close()
     assert time.monotonic() - started < 5
@@ -171,3 +181,39 @@ def test_a_get_job_wait_ends_at_its_wait_without_a_thread(tools, monkeypatch):
     assert 0.25 < time.monotonic() - started < 3
     release.set()
     assert finished(tools, job_id)["status"] == "succeeded"
+
+
+def message(body: dict) -> SessionMessage:
+    return SessionMessage(TypeAdapter(JSONRPCMessage).validate_python({"jsonrpc": "2.0", **body}))
+
+
+def test_a_call_decoding_when_the_client_leaves_stops_at_its_next_row(monkeypatch):
+    """The client closing stdin mid-``decide`` stops the decode before its next row: the SDK
+    waits for the calls in flight before ``decide mcp`` may exit, and a decode in a thread
+    would otherwise run to its end for an answer nobody reads (here 10 s)."""
+    local = mcp_local.LocalTools()
+    rows = ManyRows()
+    monkeypatch.setattr(local, "_engine", lambda model: rows)
+
+    async def client_leaves_mid_call() -> float:
+        to_server, server_reads = anyio.create_memory_object_stream(10)
+        server_writes, from_server = anyio.create_memory_object_stream(10)
+        async with anyio.create_task_group() as group:
+            group.start_soon(mcp_stdio.serve_streams, local, local.model_names, server_reads,
+                             server_writes, local.stop_decoding)
+            await to_server.send(message({"id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"}}}))
+            assert (await from_server.receive()).message.id == 1
+            await to_server.send(message({"method": "notifications/initialized"}))
+            await to_server.send(message({"id": 2, "method": "tools/call", "params": {
+                "name": "decide", "arguments": {"state": "s", "questions": {"r": NOUL}}}}))
+            assert await anyio.to_thread.run_sync(rows.read.wait, 5)
+            left = time.monotonic()
+            await to_server.aclose()  # stdin closed
+        return time.monotonic() - left
+
+    try:
+        assert anyio.run(client_leaves_mid_call) < 5
+    finally:
+        local.close()
