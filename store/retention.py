@@ -30,9 +30,10 @@ def apply_retention(db: Engine, cutoff: float) -> int:
     """Retention: jobs still queued since before ``cutoff`` expire; finished jobs older than it
     are deleted. A batch goes whole or not at all: its items only once every one of them
     finished before ``cutoff`` (deleting some would leave it short of its total, and never
-    complete). Nothing is deleted while a webhook about it is pending: a retention shorter
-    than the webhooks' give-up must not leave a receiver an event about nothing. Usage rows
-    stay (the audit). Returns how many jobs were deleted."""
+    complete). Nothing is deleted while a webhook about it is pending, nor a batch before
+    the webhook loop noted its completion (and wrote its events): a retention shorter than
+    the webhooks' give-up must not leave a receiver an event about nothing, or none at all.
+    Usage rows stay (the audit). Returns how many jobs were deleted."""
     with db.begin() as connection:
         connection.execute(update(jobs).where(jobs.c.status == QUEUED,
                                               jobs.c.created_at < cutoff)
@@ -44,6 +45,7 @@ def apply_retention(db: Engine, cutoff: float) -> int:
             jobs.c.batch_id == batches.c.id,
             (jobs.c.status.not_in(FINISHED)) | (jobs.c.finished_at >= cutoff)).exists()
         old_batches = select(batches.c.id).where(batches.c.created_at < cutoff, ~still_kept,
+                                                 batches.c.completion_noted.is_(True),
                                                  ~_announcing(batches.c.id))
         purged += connection.execute(jobs.delete().where(
             jobs.c.batch_id.in_(old_batches))).rowcount

@@ -14,6 +14,7 @@ from decide.store import (
     job_claims,
     job_reads,
     jobs,
+    outbox,
     recovery,
     retention,
     status,
@@ -100,6 +101,7 @@ def test_retention_leaves_no_counts_behind(db):
         job_claims.finish_job(db, job_claims.claim_job(db, item_id), status=jobs.SUCCEEDED,
                               result={})
     new(db)
+    assert outbox.note_completed_batches(db).batches == [batch.id]  # the webhook loop's round
     retention.apply_retention(db, cutoff=10**12)  # every job is older: expired, then deleted
     counts.fold(db)
     assert kept(db) == counted_by_hand(db) == {}

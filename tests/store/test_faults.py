@@ -18,6 +18,7 @@ from decide.store import (
     job_claims,
     job_reads,
     jobs,
+    outbox,
     recovery,
     retention,
     submission,
@@ -184,6 +185,7 @@ def test_a_batch_straddling_the_retention_cutoff_is_kept_whole(db):
                                .values(finished_at=finished_at, created_at=50.0))
     with db.begin() as connection:
         connection.execute(batches.batches.update().values(created_at=50.0))
+    assert outbox.note_completed_batches(db).batches == [batch.id]  # the webhook loop's round
     assert retention.apply_retention(db, cutoff=200.0) == 0  # one item is younger: keep all
     kept = batches.get_batch(db, batch.id, "alice")
     assert kept is not None

@@ -10,7 +10,16 @@ import pytest
 from sqlalchemy import inspect
 
 from decide.migrations.apply import upgrade
-from decide.store import job_claims, job_reads, jobs, recovery, retention, submission, tables
+from decide.store import (
+    job_claims,
+    job_reads,
+    jobs,
+    outbox,
+    recovery,
+    retention,
+    submission,
+    tables,
+)
 from decide.store.ids import new_id
 
 REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
@@ -136,6 +145,12 @@ def test_old_queued_jobs_expire_and_batches_go_with_their_jobs(db):
         connection.execute(batches.batches.update().values(created_at=100.0))
     retention.apply_retention(db, cutoff=50.0)
     assert batches.get_batch(db, batch.id, "alice") is not None  # younger than the cutoff
+    retention.apply_retention(db, cutoff=101.0)  # expired (finished now: kept a retention more)
+    assert job_reads.get_job(db, job_ids[0]).status == jobs.EXPIRED
+    assert batches.get_batch(db, batch.id, "alice") is not None  # not yet noted as completed
+    retention.apply_retention(db, cutoff=10**12)
+    assert batches.get_batch(db, batch.id, "alice") is not None
+    assert outbox.note_completed_batches(db).batches == [batch.id]  # the webhook loop's round
     retention.apply_retention(db, cutoff=10**12)
     assert job_reads.get_job(db, job_ids[0]) is None
     assert batches.get_batch(db, batch.id, "alice") is None
