@@ -110,8 +110,10 @@ class LocalTools:
 
     def stop_decoding(self) -> None:
         """The client is gone: a decode in progress (a call's or a job's) stops before its next
-        row, and no other starts; ``close`` then releases the models."""
+        row, and no other starts (the jobs in line are dropped); ``close`` then releases the
+        models."""
         self._closing.set()
+        self._line.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
         """Stop: a decode in progress stops before its next row (its job ``cancelled``), the
@@ -149,7 +151,9 @@ class LocalTools:
         return self._planners[config.name].engine
 
     def _decided(self, request: DecisionRequest) -> Decision:
-        """The request decoded (call with the engine lock held), with the build that did it."""
+        """The request decoded (call with the engine lock held), with the build that did it;
+        none once the tools are closing (its model is not even loaded)."""
+        self._still_open()
         return replace(self._engine(request.model).decide(request, self._still_open),
                        build=build_in_use())
 
@@ -186,6 +190,7 @@ class LocalTools:
             raise invalid("arguments", ["x_webhook"], "webhooks are sent by a service: run "
                           "decide mcp --url to have one called, or poll with get_job")
         with self._book:
+            self._still_open()
             fingerprint = (request_hash(job.body, job.priority, job.metadata)
                            if job.idempotency_key is not None else None)
             if job.idempotency_key in self._keys:

@@ -217,3 +217,19 @@ def test_a_call_decoding_when_the_client_leaves_stops_at_its_next_row(monkeypatc
         assert anyio.run(client_leaves_mid_call) < 5
     finally:
         local.close()
+
+
+def test_once_the_client_left_no_decode_starts_nor_loads_a_model(monkeypatch):
+    local = mcp_local.LocalTools()
+    loads = []
+    monkeypatch.setattr(local, "_engine", lambda model: loads.append(model) or ManyRows())
+    monkeypatch.setattr(local, "_planner", lambda model: StubEngine())
+    local.stop_decoding()
+    try:
+        with pytest.raises(mcp_local.Closing):
+            anyio.run(local.decide, {"state": "s", "questions": {"r": NOUL}}, "foreground")
+        with pytest.raises(mcp_local.Closing):
+            submitted(local, "after the client left")
+        assert loads == []
+    finally:
+        local.close()
