@@ -181,15 +181,15 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
         return _decode_claimed(job, db=db, engine_for=engine_for, on_finished=on_finished,
                                before_row=before_row, write=write)
     except Stopped:
-        job_claims.unclaim(db, job_id, worker_id=worker_id, attempt=job.decode_runs)
+        _release(db, job, worker_id, write)
         log.info("job %s goes back to the queue: the worker stops", job_id)
         return jobs.QUEUED
     except RunnerCrashed as crash:
         return _after_crash(job, db=db, cause=str(crash), worker_id=worker_id,
                             max_attempts=max_attempts, on_finished=on_finished,
-                            on_requeued=on_requeued)
+                            on_requeued=on_requeued, write=write)
     except RunnerUnavailable:
-        job_claims.unclaim(db, job_id, worker_id=worker_id, attempt=job.decode_runs)
+        _release(db, job, worker_id, write)
         if on_requeued is not None:
             on_requeued(job_id)
         raise
@@ -204,6 +204,13 @@ def _claim(db: Database, job_id: str, worker_id: str | None,
                  f"claiming job {job_id}")
 
 
+def _release(db: Database, job: jobs.JobRecord, worker_id: str | None, write: Writes) -> None:
+    """The claim given back, tried until the database answers: a job left ``running`` under a
+    worker that lives on would never be decoded nor re-queued."""
+    write(lambda: job_claims.unclaim(db, job.id, worker_id=worker_id, attempt=job.decode_runs),
+          f"releasing job {job.id}")
+
+
 def _announce(on_finished: Callable[[str], None] | None, job_id: str) -> None:
     """Tell a waiting front door; with Redis away it finds the stored answer by polling."""
     if on_finished is None:
@@ -216,9 +223,10 @@ def _announce(on_finished: Callable[[str], None] | None, job_id: str) -> None:
 
 def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: str | None,
                  max_attempts: int, on_finished: Callable[[str], None] | None,
-                 on_requeued: Callable[[str], None] | None) -> str | None:
-    status = recovery.release_crashed(db, job.id, max_attempts=max_attempts, worker_id=worker_id,
-                                      cause=cause, attempt=job.decode_runs)
+                 on_requeued: Callable[[str], None] | None, write: Writes) -> str | None:
+    status = write(lambda: recovery.release_crashed(
+        db, job.id, max_attempts=max_attempts, worker_id=worker_id, cause=cause,
+        attempt=job.decode_runs), f"releasing job {job.id} after its crash")
     log.error("job %s: %s; the job is %s (its decode crashed %d of at most %d times)", job.id,
               cause, status, job.crashes + 1, max_attempts)
     if status == jobs.QUEUED and on_requeued is not None:

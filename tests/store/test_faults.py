@@ -9,6 +9,7 @@ import os
 import socket
 import time
 
+import pytest
 from sqlalchemy.exc import OperationalError
 
 from decide.core.engine import Decision
@@ -315,6 +316,54 @@ def test_a_refused_claim_of_a_foreground_job_between_rows_loses_neither_job(tmp_
     finally:
         worker.stop()
         db.dispose()
+
+
+class FailingEngine:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def decide(self, request, before_row=None) -> Decision:
+        raise self.error
+
+
+def refuse_twice(monkeypatch, module, name: str) -> list[int]:
+    real, refusals = getattr(module, name), []
+
+    def refusing(*args, **kwargs):
+        if len(refusals) < 2:
+            refusals.append(1)
+            raise OperationalError("UPDATE jobs", {}, Exception("the database is restarting"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, refusing)
+    return refusals
+
+
+def test_a_crashed_jobs_release_the_database_refuses_is_tried_again(db, monkeypatch):
+    """A runner that crashes while PostgreSQL restarts: the job is not left ``running`` under
+    a worker that lives on (nothing would decode it nor re-queue it), it goes back to the
+    queue once the database answers."""
+    from decide.runner.client import RunnerCrashed
+
+    job_id = new(db)
+    refusals = refuse_twice(monkeypatch, recovery, "release_crashed")
+    status = execute.run_job(job_id, db=db, worker_id="w", pacing=BRIEF_BACKOFF,
+                             engine_for=lambda model: FailingEngine(RunnerCrashed("killed")))
+    assert status == jobs.QUEUED and len(refusals) == 2
+    stored = job_reads.get_job(db, job_id)
+    assert stored.status == jobs.QUEUED and stored.crashes == 1
+
+
+def test_a_claim_given_back_while_the_database_refuses_is_tried_again(db, monkeypatch):
+    from decide.runner.client import RunnerUnavailable
+
+    job_id = new(db)
+    refusals = refuse_twice(monkeypatch, job_claims, "unclaim")
+    with pytest.raises(RunnerUnavailable):
+        execute.run_job(job_id, db=db, worker_id="w", pacing=BRIEF_BACKOFF,
+                        engine_for=lambda model: FailingEngine(RunnerUnavailable("starting")))
+    assert len(refusals) == 2
+    assert job_reads.get_job(db, job_id).status == jobs.QUEUED
 
 
 class SendingBroker:
