@@ -72,12 +72,17 @@ class Runner:
     """One ``python -m decide.runner.child`` child holding ``model`` (the default when None)."""
 
     START_TIMEOUT_SECONDS = 600.0
-    """How long a decision waits for a runner that is starting again after a crash."""
+    """How long a decision waits for a runner that is starting again after a crash, and how
+    long a start may take at all: a runner silent that long after its start (a model load or
+    probe that hangs) is killed, and its start failed (tried again after a back-off)."""
 
     def __init__(self, settings: Settings, model: str | None = None,
                  argv: list[str] | None = None,
-                 builds: list[Variant] | None = None) -> None:
+                 builds: list[Variant] | None = None,
+                 start_timeout: float = START_TIMEOUT_SECONDS) -> None:
         self._settings = settings
+        self._start_timeout = start_timeout
+        self._started_at = 0.0
         self._model = model
         self._argv = argv or [sys.executable, "-m", "decide.runner.child"]
         self._builds = builds or candidates(host_flags(), settings.cpu_variant)
@@ -134,6 +139,7 @@ class Runner:
                                    build_fault=False)
                 return
             self.state, self.problem = STARTING, "the runner is loading its model"
+            self._started_at = time.monotonic()
 
     def wait_ready(self, timeout: float) -> bool:
         """True once the runner has passed its probe; False while it is starting, or when its
@@ -150,10 +156,20 @@ class Runner:
                 time.sleep(max(0.0, wait))
                 self.start()
             while self.state == STARTING:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._await_start(remaining):
-                    return False
+                start_left = self._started_at + self._start_timeout - time.monotonic()
+                remaining = min(deadline - time.monotonic(), start_left)
+                if remaining > 0 and self._await_start(remaining):
+                    continue
+                if start_left <= remaining:  # the start's own time ran out, not the wait's
+                    self._start_hung()
+                return False
             return self.state == READY
+
+    def _start_hung(self) -> None:
+        problem = (f"the runner did not load its model and pass its probe within "
+                   f"{self._start_timeout:.0f} s (hung) and was killed")
+        log.error("decoding runner %s: %s", self.pid, problem)
+        self._start_failed(problem, build_fault=False)
 
     def _restart_if_died_idle(self) -> None:
         """A ready runner killed between jobs (the out-of-memory killer, an operator): no job
@@ -234,7 +250,7 @@ class Runner:
         except BaseException:
             if self._generation == generation:  # our runner still waits on this row
                 self._send(("stop",))
-                while self._receive()[0] != "stopped":
+                while self._receive(self._settings.stall_seconds)[0] != "stopped":
                     pass
             raise
         if self._generation != generation:  # it died under a job decoded between our rows
@@ -310,16 +326,14 @@ class Runner:
         try:
             return self._process.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            self._process.kill()
-            return self._process.wait()
+            return killed(self._process)
 
     def _reap(self) -> None:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
         if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait()
+            killed(self._process)
 
     def stop(self) -> None:
         with self._lock:
@@ -331,6 +345,22 @@ class Runner:
                     pass
             self._reap()
             self.state, self.problem = FAILED, "the runner was stopped"
+
+
+KILL_WAIT_SECONDS = 5.0
+
+
+def killed(process: subprocess.Popen) -> int | None:
+    """Kill ``process`` and return its exit status; None when it has not died within
+    ``KILL_WAIT_SECONDS`` (stuck in the kernel: a driver call, a stalled read of a mapped
+    model file). It is left behind, reaped by Python later, and the worker goes on."""
+    process.kill()
+    try:
+        return process.wait(timeout=KILL_WAIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        log.error("decoding runner %s did not die within %.0f s of SIGKILL; left behind",
+                  process.pid, KILL_WAIT_SECONDS)
+        return None
 
 
 STALL_SECONDS_PER_BYTE = 0.002

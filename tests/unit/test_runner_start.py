@@ -1,0 +1,68 @@
+"""A runner whose start hangs (a model load or a probe that never returns) is not waited on for
+ever: past its start timeout it is killed and its start counted failed, so the back-off
+restart takes over; and a runner that does not die of SIGKILL does not hold its worker."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from decide.config.settings import Settings
+from decide.runner import client
+from decide.runner.client import FAILED, STARTING, Runner
+from decide.runner.variants import Variant
+
+SILENT = "import time; time.sleep(120)"
+"""A stand-in runner that takes its socket and never answers."""
+
+
+def test_a_start_that_hangs_is_killed_at_its_timeout_and_counted_failed(tmp_path):
+    runner = Runner(Settings(data_dir=tmp_path / "data"), argv=[sys.executable, "-c", SILENT],
+                    builds=[Variant("installed", None)], start_timeout=2.0)
+    runner.start()
+    try:
+        process = runner._process
+        assert runner.wait_ready(0.5) is False and runner.state == STARTING
+        started = time.monotonic()
+        while runner.state == STARTING and time.monotonic() - started < 30:
+            runner.wait_ready(0.5)
+        assert runner.state == FAILED
+        assert "within 2 s (hung) and was killed" in runner.problem
+        assert "next try in" in runner.problem  # the back-off restart takes over
+        assert process.poll() is not None  # killed, not left loading
+    finally:
+        runner.stop()
+
+
+def test_a_wait_shorter_than_the_start_timeout_leaves_the_start_going(tmp_path):
+    runner = Runner(Settings(data_dir=tmp_path / "data"), argv=[sys.executable, "-c", SILENT],
+                    builds=[Variant("installed", None)], start_timeout=60)
+    runner.start()
+    try:
+        assert runner.wait_ready(0.3) is False
+        assert runner.state == STARTING and runner._process.poll() is None
+    finally:
+        runner.stop()
+
+
+class Unkillable:
+    """A process stuck in the kernel: SIGKILL is sent, and it does not end."""
+
+    pid = 4242
+
+    def __init__(self) -> None:
+        self.killed = False
+
+    def kill(self) -> None:
+        self.killed = True
+
+    def wait(self, timeout: float | None = None) -> int:
+        assert timeout is not None, "an unbounded wait would hold the worker for ever"
+        raise subprocess.TimeoutExpired("runner", timeout)
+
+
+def test_a_runner_that_does_not_die_of_sigkill_is_left_behind(monkeypatch):
+    monkeypatch.setattr(client, "KILL_WAIT_SECONDS", 0.1)
+    stuck = Unkillable()
+    assert client.killed(stuck) is None and stuck.killed
