@@ -29,6 +29,21 @@ def value(samples, name: str, **labels) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+def delta(before, after, name: str, **labels) -> float:
+    return value(after, name, **labels) - value(before, name, **labels)
+
+
+def scrape_once(client, counted, seconds: float = 30.0) -> dict[tuple[str, tuple], float]:
+    """The metrics once ``counted(samples)`` holds, or at the deadline: a worker counts a
+    finish just after storing it, so a job seen finished may not be counted yet."""
+    deadline = time.monotonic() + seconds
+    samples = scrape(client)
+    while not counted(samples) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        samples = scrape(client)
+    return samples
+
+
 def test_metrics_move_with_traffic(open_client):
     before = scrape(open_client)
     assert open_client.post("/v1/systemone", json={"state": "s"}).status_code == 422
@@ -42,10 +57,13 @@ def test_metrics_move_with_traffic(open_client):
     while open_client.get(f"/v1/batches/{batch['id']}").json()["status"] != "completed":
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    after = scrape(open_client)
+    after = scrape_once(open_client, lambda samples: delta(
+        before, samples, "decide_jobs_finished_total", model=MODEL, priority="background",
+        status="succeeded") >= 4 and delta(
+        before, samples, "decide_job_decode_seconds_count", model=MODEL) >= 5)
 
     def moved(name: str, **labels) -> float:
-        return value(after, name, **labels) - value(before, name, **labels)
+        return delta(before, after, name, **labels)
 
     assert moved("decide_http_requests_total", route="/v1/systemone", method="POST",
                  status="422") == 1
@@ -92,12 +110,16 @@ def test_jobs_cancelled_while_queued_are_counted_as_finished(open_server, open_c
             "status"] == "cancelled"
         open_client.delete(f"/v1/jobs/{busy['id']}")
     wait_for_status(open_client, busy["id"], {"cancelled"}, 60)
-    after = scrape(open_client)
+
+    def moved_in(samples, priority: str) -> float:
+        return delta(before, samples, "decide_jobs_finished_total", model=MODEL,
+                     priority=priority, status="cancelled")
+
+    after = scrape_once(open_client, lambda samples: moved_in(samples, "background") >= 5
+                        and moved_in(samples, "foreground") >= 1)
 
     def moved(priority: str) -> float:
-        labels = {"model": MODEL, "priority": priority, "status": "cancelled"}
-        return (value(after, "decide_jobs_finished_total", **labels)
-                - value(before, "decide_jobs_finished_total", **labels))
+        return moved_in(after, priority)
 
     assert moved("background") == 5  # three jobs and two batch items, none started
     assert moved("foreground") == 1  # stopped on its worker, counted there

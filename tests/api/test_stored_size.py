@@ -74,10 +74,15 @@ def _batch_decode_ms(server, client, questions: dict, items: int) -> list[float]
                                            "ORDER BY item_index", (batch_id,))]
 
 
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+@pytest.mark.serial  # compares decode times: measured with the machine to itself
 def test_a_batch_with_an_8_mb_pad_costs_per_item_what_one_without_costs(open_server,
                                                                         open_client):
     plain = _batch_decode_ms(open_server, open_client, {"q": NOUL}, 6)
     padded = _batch_decode_ms(open_server, open_client,
                               {"q": {**NOUL, "pad": "x" * (8 * 1000 * 1000)}}, 6)
-    typical = sorted(plain)[len(plain) // 2]
-    assert max(padded[1:]) < 2 * typical + 100, (plain, padded)
+    # medians: a pad parsed per item slows every item, a stall now and then only one
+    assert _median(padded[1:]) < 2 * _median(plain) + 100, (plain, padded)

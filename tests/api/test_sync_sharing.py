@@ -56,6 +56,12 @@ class BusyWorker:
                    what="the jobs queued behind the busy one never ran")
 
 
+def sync_waiters(server: Server, state: str) -> list[int]:
+    with sqlite3.connect(server.root / "jobs.db") as db:
+        return [waiters for (waiters,) in db.execute(
+            "SELECT sync_waiters FROM jobs WHERE request LIKE ?", (f'%"state": "{state}"%',))]
+
+
 def unfinished_jobs(server: Server) -> int:
     with sqlite3.connect(server.root / "jobs.db") as db:
         return db.execute("SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')"
@@ -146,10 +152,12 @@ def test_identical_sync_calls_in_flight_share_one_job(sharing_server):
 
         callers = [threading.Thread(target=call) for _ in range(3)]
         try:
-            for caller in callers:
+            # each caller starts once the one before waits on the job: the first made it, and
+            # the others joined it, all while the busy worker keeps it queued
+            for count, caller in enumerate(callers, start=1):
                 caller.start()
-                time.sleep(0.3)
-            time.sleep(1)
+                wait_until(lambda count=count: sync_waiters(sharing_server, state) == [count],
+                           30, what=lambda: f"sync waiters {sync_waiters(sharing_server, state)}")
         finally:
             busy.stop()
         for caller in callers:

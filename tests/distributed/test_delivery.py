@@ -124,7 +124,7 @@ def test_foreground_goes_before_a_background_backlog(cluster):
         left = cluster.scalar("SELECT count(*) FROM jobs WHERE batch_id = :b AND "
                               "status = 'queued'", b=batch_id)
         assert left > 10, "the backlog drained first"
-        assert waited < 5
+        assert waited < 30, waited  # a hang guard: the backlog still queued is the proof
         client.post(f"/v1/batches/{batch_id}/cancel")
 
 
@@ -169,8 +169,8 @@ def test_foreground_waits_for_a_row_not_a_whole_background_job(cluster):
         assert sync.status_code == 200
         assert client.get(f"/v1/jobs/{long_job['id']}").json()["status"] == "running"
         # the job still running is what shows the call did not wait for it whole; the bound
-        # leaves room for two cores shared with the suite's other processes (3.1 s seen)
-        assert waited < 5, waited
+        # only guards against a hang (3.1 s seen with the suite's other processes)
+        assert waited < 30, waited
         done = client.get(f"/v1/jobs/{long_job['id']}", params={"wait": 60}).json()
         while done["status"] != "succeeded":
             assert done["status"] in ("queued", "running"), done
@@ -193,10 +193,10 @@ def test_cancel_reaches_the_worker_running_the_job(cluster):
         client.delete(f"/v1/jobs/{job['id']}")
         final = client.get(f"/v1/jobs/{job['id']}", params={"wait": 30}).json()
         assert final["status"] == "cancelled" and final["result"] is None
-        # a round or two, not 1,000 rows (about 10 s): the runner notices the cancel before
-        # its next round (up to 384 tokens, a second on two quiet cores; 2.2 s seen with the
-        # suite's other processes on them)
-        assert time.monotonic() - started < 4
+        # a round or two, not 1,000 rows (about 10 s on two quiet cores, longer with the
+        # suite's other processes): the runner notices the cancel before its next round (up
+        # to 384 tokens, a second on quiet cores; 2.2 s seen with the suite running)
+        assert time.monotonic() - started < 8
 
 
 def test_ready_follows_the_only_worker_of_a_model(cluster):

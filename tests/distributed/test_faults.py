@@ -120,7 +120,10 @@ def test_postgresql_restarted_while_jobs_finish(cluster_factory):
             "/v1/systemone", json={"state": "Is this urgent?", "questions": distinct_nouls(3)}
         ).status_code))
         waiter.start()
-        time.sleep(0.3)
+        # the sync call's job stored (a sync call is the only foreground job): PostgreSQL
+        # stopped before that would refuse the call itself
+        wait_until(lambda: cluster.scalar("SELECT count(*) FROM jobs WHERE priority = "
+                                          "'foreground'") == 1, 30, "the sync call made no job")
         cluster.db.dispose()
         cluster.own_postgres.stop()
         refused = client.post("/v1/jobs", json={"state": "during the outage",

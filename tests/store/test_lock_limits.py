@@ -155,7 +155,8 @@ def test_a_statement_gives_up_on_a_held_lock_and_says_so(migrated):
         with db.begin() as holder:
             holder.execute(update(workers).where(workers.c.id == FROZEN).values(pid=2))
             cleanup.start()
-            cleanup.join(timeout=3)
+            # within 0.3 s, not at the holder's end (idle in transaction: killed at 10 s)
+            cleanup.join(timeout=8)
             assert not cleanup.is_alive(), "the statement waits on the lock with no limit"
         assert len(raised) == 1 and gave_up_on_a_lock(raised[0])
         assert not gave_up_on_a_lock(RuntimeError("not a lock"))
@@ -183,13 +184,23 @@ def test_a_worker_frozen_right_after_its_heartbeat_holds_no_lock(migrated, tmp_p
     url, db = migrated
     add_silent_worker(db)
     child = start_child(HEARTBEAT_THEN_FREEZE, url, tmp_path)
-    cleanup = threading.Thread(target=forget_dead, args=(db,), kwargs={"silent_for": 100},
-                               daemon=True)
+    raised: list[BaseException] = []
+
+    def clean_up() -> None:
+        try:
+            forget_dead(db, silent_for=100)
+        except Exception as error:
+            raised.append(error)
+
+    cleanup = threading.Thread(target=clean_up, daemon=True)
     try:
         wait_until_stopped(child)
         cleanup.start()
-        cleanup.join(timeout=3)
+        # a wait on a held lock would end in lock_timeout's error (5 s), before the frozen
+        # session's end (10 s): the error, not the time taken, tells
+        cleanup.join(timeout=30)
         assert not cleanup.is_alive(), "the cleanup waits on a frozen heartbeat's lock"
+        assert raised == [], "the cleanup waited on a frozen heartbeat's lock"
         assert last_seen_of(db, FROZEN) > time.time() - 60  # the frozen worker's beat landed
     finally:
         end_child(child)
@@ -214,10 +225,13 @@ def test_delivery_goes_on_past_a_frozen_transaction_on_a_workers_row(migrated, o
         job, _ = submission.create_job(db, owner="alice", model="m", priority="background",
                                        request=REQUEST, metadata=None, rows=1, input_tokens=20)
         delivery.start()
-        while job.id not in broker.lane_ids("m", "background"):
-            assert time.monotonic() - frozen_at < LOCK_TIMEOUT_SECONDS + 4, "nothing delivered"
-            time.sleep(0.1)
         bound = IDLE_IN_TRANSACTION_SECONDS + LOCK_TIMEOUT_SECONDS + REPAIR_EVERY_SECONDS + 3
+        while job.id not in broker.lane_ids("m", "background"):
+            assert time.monotonic() - frozen_at < bound, "nothing delivered"
+            time.sleep(0.1)
+        # the tick delivers after its cleanup: the frozen row still there shows the cleanup
+        # gave up on its lock, where one that waited would have deleted it first
+        assert last_seen_of(db, FROZEN) is not None, "delivered only once the row was freed"
         while last_seen_of(db, FROZEN) is not None:
             assert time.monotonic() - frozen_at < bound, "the dead worker was never forgotten"
             time.sleep(0.1)
