@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import weakref
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
@@ -15,7 +15,7 @@ from starlette.requests import Request
 from decide import metrics
 from decide.api.context import ApiContext
 from decide.store import job_reads, jobs, submission
-from decide.store.db import DATABASE_AWAY
+from decide.store.db import DATABASE_AWAY, no_answer
 from decide.transport.events import JobEvents
 
 POLL_SECONDS = 0.5
@@ -28,6 +28,23 @@ SHARED_READ_SECONDS = 0.25
 """A waiter's own re-read takes another waiter's read of the same job when that one started at
 most this long ago: however many wait on one job, it is read at most 4 times a second by them
 (400 long polls would otherwise read it 800 times a second while Redis is away)."""
+
+
+READ_AT_LEAST_SECONDS = 2.0
+"""How long a waiter's read may take past its wait's deadline before the database is taken as
+away: a stalled server (it takes the connection and never answers) must not hold a sync call,
+or a long poll, past its wait."""
+
+
+async def _read_within(read: Awaitable[jobs.JobRecord | None],
+                       seconds: float) -> jobs.JobRecord | None:
+    """``read``, or OperationalError (the database away) once it took ``seconds`` (at least
+    ``READ_AT_LEAST_SECONDS``); the read itself goes on, shared, for whoever comes next."""
+    seconds = max(seconds, READ_AT_LEAST_SECONDS)
+    try:
+        return await asyncio.wait_for(read, seconds)
+    except TimeoutError as error:
+        raise no_answer("reading a job", seconds) from error
 
 
 def _pause(events_trusted: bool, reads: int) -> float:
@@ -92,8 +109,10 @@ async def wait_finished(ctx: ApiContext, job_id: str, owner: str,
                         timeout: float) -> jobs.JobRecord | None:
     """The job once finished, or as it stands after ``timeout`` seconds (None if not ours).
 
-    A database that is away for a moment (restarting) does not end the wait: the job is read
-    again at the next poll, and at the deadline it is as last read. The first read, and each
+    A database that is away for a moment (restarting), or slow to answer, does not end the
+    wait: the job is read again at the next poll, and at the deadline it is as last read. A
+    wait none of whose reads was answered ends at its deadline (plus
+    ``READ_AT_LEAST_SECONDS``) as a database away. The first read, and each
     after a wake-up, is one started since; a re-read on a timer may be another waiter's."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -107,7 +126,8 @@ async def wait_finished(ctx: ApiContext, job_id: str, owner: str,
             finished.clear()
             count += 1
             try:
-                job = await reads.read(ctx, job_id, owner, fresh_since)
+                job = await _read_within(reads.read(ctx, job_id, owner, fresh_since),
+                                         deadline - loop.time())
                 read_once = True
             except DATABASE_AWAY:
                 if not read_once and loop.time() >= deadline:

@@ -21,19 +21,30 @@ IDLE_IN_TRANSACTION_SECONDS = 10.0
 (``idle_in_transaction_session_timeout``) before the server ends it, releasing its locks: a
 process frozen (SIGSTOP, a stalled VM) between a statement and its COMMIT. Every transaction
 of the service runs its statements back to back, so only a frozen or hung one gets there."""
+CONNECT_TIMEOUT_SECONDS = 10.0
+"""How long opening a PostgreSQL connection may take (libpq ``connect_timeout``): a server
+that takes the TCP connection and never answers fails the attempt instead of holding it."""
+TCP_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+                  "keepalives_count": 3, "tcp_user_timeout": 30_000}
+"""A connection whose server vanished (its host gone, a failover) is found dead within about
+a minute, not the operating system's two hours: idle, by keepalive probes; with a query
+sent and unacknowledged, by ``tcp_user_timeout`` (ms). A busy server still acknowledges, so
+neither cuts a long statement short."""
 _LOCK_NOT_AVAILABLE = "55P03"
 
 
 def make_engine(url: str, *, ping_on_checkout: bool = True,
                 lock_timeout_seconds: float = LOCK_TIMEOUT_SECONDS,
-                idle_in_transaction_seconds: float = IDLE_IN_TRANSACTION_SECONDS) -> Engine:
+                idle_in_transaction_seconds: float = IDLE_IN_TRANSACTION_SECONDS,
+                connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS) -> Engine:
     """An engine with SQLite set up for one writer thread beside many readers (WAL).
 
     On PostgreSQL a pooled connection is pinged before each use, so a server restart costs no
     request an error; ``ping_on_checkout=False`` spares that round trip where every operation
     is retried once on a dropped connection instead (a worker's claims and finishes). Every
     PostgreSQL session starts with ``lock_timeout`` and ``idle_in_transaction_session_timeout``
-    set (see ``session_options``), so no lock is waited on, or held, for ever."""
+    set (see ``session_options``), so no lock is waited on, or held, for ever; and opens with
+    a connect timeout and TCP keepalives, which the URL's own parameters override."""
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -57,6 +68,9 @@ def make_engine(url: str, *, ping_on_checkout: bool = True,
         operator, and the fault tests, can tell the delivery leader from the others. The
         session starts with its lock limits (``options``)."""
         parameters.setdefault("application_name", f"decide:{os.getpid()}")
+        parameters.setdefault("connect_timeout", max(1, round(connect_timeout_seconds)))
+        for name, value in TCP_KEEPALIVES.items():
+            parameters.setdefault(name, value)
         parameters["options"] = options  # the same dict each time: set, never appended to
 
     return engine
@@ -71,6 +85,12 @@ def session_options(lock_timeout_seconds: float, idle_in_transaction_seconds: fl
     ours = (f"-c lock_timeout={int(lock_timeout_seconds * 1000)} "
             f"-c idle_in_transaction_session_timeout={int(idle_in_transaction_seconds * 1000)}")
     return " ".join(part for part in (ours, os.environ.get("PGOPTIONS"), given) if part)
+
+
+def no_answer(what: str, seconds: float) -> OperationalError:
+    """What a caller raises for a statement the database did not answer within ``seconds``
+    (a stalled server): one of ``DATABASE_AWAY``, handled as the database away."""
+    return OperationalError(what, None, TimeoutError(f"no answer within {seconds:g} s"))
 
 
 def gave_up_on_a_lock(error: BaseException) -> bool:

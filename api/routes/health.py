@@ -28,8 +28,19 @@ _readiness_threads = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ready
 the database), never behind requests that fill the shared pool."""
 
 
-async def _off_the_loop(check: Any, *args: Any) -> Any:
-    return await asyncio.get_running_loop().run_in_executor(_readiness_threads, check, *args)
+READY_CHECK_SECONDS = 5.0
+"""How long a readiness check may take: a database or broker that takes the connection and
+never answers is not ready, and ``/ready`` says so instead of hanging its probe."""
+
+
+async def _off_the_loop(check: Any, *args: Any) -> tuple[bool, str]:
+    """The check's (passed, detail), run in a readiness thread; failed once it took
+    ``READY_CHECK_SECONDS`` (its thread is left to finish)."""
+    running = asyncio.get_running_loop().run_in_executor(_readiness_threads, check, *args)
+    try:
+        return await asyncio.wait_for(running, READY_CHECK_SECONDS)
+    except TimeoutError:
+        return False, f"no answer within {READY_CHECK_SECONDS:g} s"
 
 
 @router.get("/ready")

@@ -3,7 +3,13 @@ dropping every connection (a server restart) by retrying once on a fresh one."""
 
 from __future__ import annotations
 
+import socket
+import time
+
 import psycopg
+import pytest
+from sqlalchemy import event
+from sqlalchemy.exc import OperationalError
 
 from decide.migrations.apply import upgrade
 from decide.store import job_claims, job_reads, jobs, submission
@@ -65,3 +71,36 @@ def test_a_claim_whose_reply_was_lost_is_still_ours(db, monkeypatch):
     assert claimed is not None and claimed.status == jobs.RUNNING
     assert claimed.worker_id == "worker-1" and claimed.decode_runs == 1
     assert job_claims.claim_job(db, job.id, "worker-2") is None  # and nobody else's
+
+
+def test_a_server_that_takes_the_connection_and_never_answers_fails_it_in_time():
+    """A PostgreSQL that accepts TCP and never answers (stopped, stalled): opening a connection
+    gives up at the connect timeout instead of holding its caller for ever."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel completes the handshake; nobody ever answers
+    engine = make_engine(f"postgresql+psycopg://decide@127.0.0.1:{silent.getsockname()[1]}/x",
+                         connect_timeout_seconds=1)
+    try:
+        started = time.monotonic()
+        with pytest.raises(OperationalError), engine.connect():
+            pass
+        assert time.monotonic() - started < 10
+    finally:
+        engine.dispose()
+        silent.close()
+
+
+def test_connections_open_with_keepalives_and_a_connect_timeout_the_url_may_override():
+    engine = make_engine("postgresql+psycopg://decide@127.0.0.1:1/x?connect_timeout=3")
+    opened: list[dict] = []
+
+    @event.listens_for(engine, "do_connect")
+    def record(_dialect, _record, _args, parameters):
+        opened.append(dict(parameters))
+        raise OperationalError("connect", None, Exception("recorded, not opened"))
+
+    with pytest.raises(OperationalError), engine.connect():
+        pass
+    assert opened[0]["connect_timeout"] == "3"  # the URL's own
+    assert opened[0]["keepalives"] == 1 and opened[0]["tcp_user_timeout"] == 30_000
