@@ -23,7 +23,7 @@ from decide.config.keys_file import ensure_keys
 from decide.config.settings import Settings
 from decide.core.display import render_decision
 from decide.core.errors import ConfigError
-from decide.core.protocol import DecisionRequest, parse_request
+from decide.core.protocol import MAX_WAIT_SECONDS, DecisionRequest, parse_request
 from decide.llm.catalog import ModelConfig, base_profile, load_catalog, profile_path
 from decide.migrations.apply import upgrade
 from decide.quality.calibrate import fit_temperatures, read_examples, report, with_temperature
@@ -145,14 +145,26 @@ def serve_command(args: argparse.Namespace) -> int:
         os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR",
                               tempfile.mkdtemp(prefix="decide-metrics-"))
         uvicorn.run("decide.launch.app:make_app", factory=True, workers=args.workers, host=host,
-                    port=port, log_level="info")
+                    port=port, log_level="info",
+                    timeout_graceful_shutdown=shutdown_grace(settings))
         return 0
     from decide.launch.app import make_app
 
     # the service's own lines (the runner and its model ready, jobs re-queued) beside uvicorn's
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    uvicorn.run(make_app(), host=host, port=port, log_level="info")
+    uvicorn.run(make_app(), host=host, port=port, log_level="info",
+                timeout_graceful_shutdown=shutdown_grace(settings))
     return 0
+
+
+SHUTDOWN_MARGIN_SECONDS = 10.0
+
+
+def shutdown_grace(settings: Settings) -> float:
+    """How long a stopping front door waits for the requests in flight: the longest wait a
+    request may ask (a sync call's, a long poll's) and a margin. Past it, connections still
+    open (a download nobody reads) are closed, and the service's own shutdown runs."""
+    return max(settings.sync_wait_seconds, MAX_WAIT_SECONDS) + SHUTDOWN_MARGIN_SECONDS
 
 
 def check_exposure(host: str, keys: list[str], *, insecure: bool) -> None:

@@ -86,3 +86,15 @@ def test_keys_or_loopback_need_neither_the_flag_nor_a_warning(caplog):
         check_exposure("127.0.0.1", [], insecure=False)
         check_exposure("::1", [], insecure=True)
     assert caplog.records == []
+
+
+def test_a_stopping_front_door_waits_for_the_longest_wait_then_closes(monkeypatch, tmp_path):
+    """SIGTERM lets a sync call or a long poll in flight have its answer, then closes what is
+    still open (a download nobody reads): uvicorn's own default waits for ever."""
+    served: dict = {}
+    monkeypatch.setenv("DECIDE_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("DECIDE_SYNC_WAIT_SECONDS", "90")
+    monkeypatch.setattr("uvicorn.run", lambda app, **options: served.update(options))
+    monkeypatch.setattr("decide.launch.app.make_app", lambda: "the app")
+    assert main(["serve", "--host", "127.0.0.1"]) == 0
+    assert served["timeout_graceful_shutdown"] == 100  # the sync wait's 90 s and a margin
