@@ -117,6 +117,7 @@ async def serve_streams(backend: Backend, model_names: list[str] | None,
     async with anyio.create_task_group() as group:
         group.start_soon(forward)
         await server.run(forward_receive, writing, server.create_initialization_options())
+        group.cancel_scope.cancel()  # the server is done: stop reading the client's side too
 
 
 def mcp_command(args: argparse.Namespace) -> int:
