@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -127,6 +128,7 @@ class Runner:
             self._reap()
             try:
                 ours, theirs = socket.socketpair()
+                hold_sends_at_most(ours, self._settings.stall_seconds)
                 with theirs:
                     self._process = subprocess.Popen(
                         [*self._argv, "--fd", str(theirs.fileno())],
@@ -345,6 +347,15 @@ class Runner:
                     pass
             self._reap()
             self.state, self.problem = FAILED, "the runner was stopped"
+
+
+def hold_sends_at_most(connection: socket.socket, seconds: float) -> None:
+    """A send to the runner blocks at most ``seconds`` (``SO_SNDTIMEO``): a runner that stopped
+    reading (frozen while idle) with a request larger than the socket's buffer fails the send
+    (an OSError: the crash path, which kills it) instead of holding the worker for ever."""
+    whole = int(seconds)
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                          struct.pack("ll", whole, int((seconds - whole) * 1_000_000)))
 
 
 KILL_WAIT_SECONDS = 5.0

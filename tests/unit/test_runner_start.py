@@ -1,6 +1,7 @@
 """A runner whose start hangs (a model load or a probe that never returns) is not waited on for
 ever: past its start timeout it is killed and its start counted failed, so the back-off
-restart takes over; and a runner that does not die of SIGKILL does not hold its worker."""
+restart takes over; a runner that stops reading does not hold a large request's send; and a
+runner that does not die of SIGKILL does not hold its worker."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from decide.config.settings import Settings
+from decide.core.protocol import parse_request
 from decide.runner import client
-from decide.runner.client import FAILED, STARTING, Runner
+from decide.runner.client import FAILED, STARTING, Runner, RunnerCrashed
 from decide.runner.variants import Variant
 
 SILENT = "import time; time.sleep(120)"
@@ -66,3 +70,31 @@ def test_a_runner_that_does_not_die_of_sigkill_is_left_behind(monkeypatch):
     monkeypatch.setattr(client, "KILL_WAIT_SECONDS", 0.1)
     stuck = Unkillable()
     assert client.killed(stuck) is None and stuck.killed
+
+
+FROZEN_AFTER_READY = """
+import sys, time
+from multiprocessing.connection import Connection
+connection = Connection(int(sys.argv[sys.argv.index("--fd") + 1]))
+connection.recv()
+connection.send(("ready", {"model": "m", "probe_ms": 1}))
+time.sleep(60)
+"""
+"""A stand-in runner that starts, then never reads again (frozen while idle)."""
+
+
+def test_a_large_request_to_a_runner_that_stopped_reading_takes_the_crash_path(tmp_path):
+    runner = Runner(Settings(data_dir=tmp_path / "data", stall_seconds=1),
+                    argv=[sys.executable, "-c", FROZEN_AFTER_READY],
+                    builds=[Variant("installed", None)])
+    runner.start()
+    try:
+        assert runner.wait_ready(30)
+        request = parse_request({"state": "x" * 2_000_000,  # far above the socket's buffer
+                                 "questions": {"r": {"type": "noul", "instructions": "?"}}})
+        started = time.monotonic()
+        with pytest.raises(RunnerCrashed):
+            runner.decide("m", request)
+        assert time.monotonic() - started < 20  # the send's 1 s, not the runner's 60 s
+    finally:
+        runner.stop()
