@@ -76,6 +76,10 @@ class Settings(BaseSettings):
     """Where ``decide worker`` serves its Prometheus metrics (0: nowhere)."""
     retention_days: float = 30.0
     """Finished jobs older than this are purged."""
+    runner_start_seconds: float = Field(default=600.0, gt=0)
+    """How long a runner may take to load its model and pass its probe: one silent that long
+    after its start is killed and its start counted failed (tried again after a back-off);
+    a decision waits that long for a runner starting again after a crash."""
     stall_seconds: float = Field(default=120.0, gt=0)
     """A decode whose runner sends no progress (a row begun, or the answer) for this long,
     plus 2 ms per byte of its request, is taken as hung: the runner is killed and the job takes

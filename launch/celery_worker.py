@@ -51,7 +51,7 @@ class CeleryWorker:
     def __init__(self, settings: Settings, model_name: str | None = None, *,
                  metrics_port: int | None = None,
                  look_every: float = FOREGROUND_LOOK_SECONDS,
-                 runner_start_seconds: float = Runner.START_TIMEOUT_SECONDS,
+                 runner_start_seconds: float | None = None,
                  leaving: threading.Event | None = None) -> None:
         if not settings.broker_url:
             raise SystemExit("decide worker needs DECIDE_BROKER_URL (and DECIDE_DATABASE_URL)")
@@ -59,7 +59,7 @@ class CeleryWorker:
         self._catalog = load_catalog(settings)
         self.model = self._catalog.get(model_name).name
         self._metrics_port = metrics_port
-        self._runner_start_seconds = runner_start_seconds
+        self._runner_start_seconds = runner_start_seconds or settings.runner_start_seconds
         self.leaving = leaving or threading.Event()
         self._failed = threading.Event()
         self._cancelled = CancelledJobs()

@@ -14,7 +14,7 @@ def run_check(settings: Settings, model: str | None) -> tuple[bool, dict[str, An
     runner = Runner(settings, model)
     runner.start()
     try:
-        passed = runner.wait_ready(Runner.START_TIMEOUT_SECONDS)
+        passed = runner.wait_ready(settings.runner_start_seconds)
         return passed, dict(runner.info), runner.problem
     finally:
         runner.stop()

@@ -72,17 +72,13 @@ class RunnerRestarted(RunnerUnavailable):
 class Runner:
     """One ``python -m decide.runner.child`` child holding ``model`` (the default when None)."""
 
-    START_TIMEOUT_SECONDS = 600.0
-    """How long a decision waits for a runner that is starting again after a crash, and how
-    long a start may take at all: a runner silent that long after its start (a model load or
-    probe that hangs) is killed, and its start failed (tried again after a back-off)."""
-
     def __init__(self, settings: Settings, model: str | None = None,
                  argv: list[str] | None = None,
-                 builds: list[Variant] | None = None,
-                 start_timeout: float = START_TIMEOUT_SECONDS) -> None:
+                 builds: list[Variant] | None = None) -> None:
         self._settings = settings
-        self._start_timeout = start_timeout
+        self._start_timeout = settings.runner_start_seconds
+        """How long a start may take at all (``DECIDE_RUNNER_START_SECONDS``), and how long a
+        decision waits for a runner starting again after a crash."""
         self._started_at = 0.0
         self._model = model
         self._argv = argv or [sys.executable, "-m", "decide.runner.child"]
@@ -160,7 +156,8 @@ class Runner:
             while self.state == STARTING:
                 start_left = self._started_at + self._start_timeout - time.monotonic()
                 remaining = min(deadline - time.monotonic(), start_left)
-                if remaining > 0 and self._await_start(remaining):
+                # asked even with no time left: an answer that came while nobody waited counts
+                if self._await_start(max(0.0, remaining)):
                     continue
                 if start_left <= remaining:  # the start's own time ran out, not the wait's
                     self._start_hung()
@@ -230,7 +227,7 @@ class Runner:
         with self._lock:
             self._restart_if_died_idle()
             if self.state == STARTING:  # a restart after a crash: seconds
-                self.wait_ready(self.START_TIMEOUT_SECONDS)
+                self.wait_ready(self._start_timeout)
             if self.state != READY:
                 raise RunnerUnavailable(self.problem or "the runner is not ready")
             generation = self._generation

@@ -51,7 +51,7 @@ def use_runner_build(settings: Settings) -> Variant:
             runner = Runner(settings, builds=choices)
             runner.start()
             try:
-                runner.wait_ready(Runner.START_TIMEOUT_SECONDS)
+                runner.wait_ready(settings.runner_start_seconds)
             finally:
                 runner.stop()
             proven = proven_variant(settings.data_dir, choices)

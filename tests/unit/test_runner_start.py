@@ -22,8 +22,8 @@ SILENT = "import time; time.sleep(120)"
 
 
 def test_a_start_that_hangs_is_killed_at_its_timeout_and_counted_failed(tmp_path):
-    runner = Runner(Settings(data_dir=tmp_path / "data"), argv=[sys.executable, "-c", SILENT],
-                    builds=[Variant("installed", None)], start_timeout=2.0)
+    runner = Runner(Settings(data_dir=tmp_path / "data", runner_start_seconds=2),
+                    argv=[sys.executable, "-c", SILENT], builds=[Variant("installed", None)])
     runner.start()
     try:
         process = runner._process
@@ -40,8 +40,8 @@ def test_a_start_that_hangs_is_killed_at_its_timeout_and_counted_failed(tmp_path
 
 
 def test_a_wait_shorter_than_the_start_timeout_leaves_the_start_going(tmp_path):
-    runner = Runner(Settings(data_dir=tmp_path / "data"), argv=[sys.executable, "-c", SILENT],
-                    builds=[Variant("installed", None)], start_timeout=60)
+    runner = Runner(Settings(data_dir=tmp_path / "data", runner_start_seconds=60),
+                    argv=[sys.executable, "-c", SILENT], builds=[Variant("installed", None)])
     runner.start()
     try:
         assert runner.wait_ready(0.3) is False
@@ -96,5 +96,19 @@ def test_a_large_request_to_a_runner_that_stopped_reading_takes_the_crash_path(t
         with pytest.raises(RunnerCrashed):
             runner.decide("m", request)
         assert time.monotonic() - started < 20  # the send's 1 s, not the runner's 60 s
+    finally:
+        runner.stop()
+
+
+def test_a_ready_answer_nobody_waited_for_counts_past_the_start_timeout(tmp_path):
+    """A runner that answered ready while nobody waited (an idle worker after a crash) is
+    ready when next asked, however late: not killed as a start that hung."""
+    runner = Runner(Settings(data_dir=tmp_path / "data", runner_start_seconds=1),
+                    argv=[sys.executable, "-c", FROZEN_AFTER_READY],
+                    builds=[Variant("installed", None)])
+    runner.start()
+    try:
+        time.sleep(2)  # past the start timeout, its answer unread
+        assert runner.wait_ready(0.5), runner.problem
     finally:
         runner.stop()
