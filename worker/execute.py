@@ -229,7 +229,9 @@ def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: st
         attempt=job.decode_runs), f"releasing job {job.id} after its crash")
     log.error("job %s: %s; the job is %s (its decode crashed %d of at most %d times)", job.id,
               cause, status, job.crashes + 1, max_attempts)
-    if status == jobs.QUEUED and on_requeued is not None:
+    # None: not ours any more, or a release that committed but whose reply was lost (then
+    # retried): the job may be queued all the same, and on_requeued looks before it sends
+    if status in (jobs.QUEUED, None) and on_requeued is not None:
         on_requeued(job.id)
     if status in (jobs.FAILED, jobs.CANCELLED):
         metrics.jobs_finished.labels(job.model, job.priority, status).inc()

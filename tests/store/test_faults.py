@@ -354,6 +354,30 @@ def test_a_crashed_jobs_release_the_database_refuses_is_tried_again(db, monkeypa
     assert stored.status == jobs.QUEUED and stored.crashes == 1
 
 
+def test_a_crash_release_whose_reply_was_lost_still_puts_the_job_back_in_line(db, monkeypatch):
+    """The release committed and its reply was lost: tried again, it finds the job no longer
+    running (None), and the job, queued, is still handed back to the worker's line."""
+    from decide.runner.client import RunnerCrashed
+
+    job_id = new(db)
+    real, lost = recovery.release_crashed, []
+
+    def committed_then_lost(*args, **kwargs):
+        status = real(*args, **kwargs)
+        if not lost:
+            lost.append(status)
+            raise OperationalError("UPDATE jobs", {}, Exception("the connection dropped"))
+        return status
+
+    monkeypatch.setattr(recovery, "release_crashed", committed_then_lost)
+    requeued: list[str] = []
+    execute.run_job(job_id, db=db, worker_id="w", pacing=BRIEF_BACKOFF,
+                    on_requeued=requeued.append,
+                    engine_for=lambda model: FailingEngine(RunnerCrashed("killed")))
+    assert lost == [jobs.QUEUED] and requeued == [job_id]
+    assert job_reads.get_job(db, job_id).status == jobs.QUEUED
+
+
 def test_a_claim_given_back_while_the_database_refuses_is_tried_again(db, monkeypatch):
     from decide.runner.client import RunnerUnavailable
 
