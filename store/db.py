@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import psycopg
 from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import InterfaceError, OperationalError
 
@@ -68,12 +69,21 @@ def make_engine(url: str, *, ping_on_checkout: bool = True,
         operator, and the fault tests, can tell the delivery leader from the others. The
         session starts with its lock limits (``options``)."""
         parameters.setdefault("application_name", f"decide:{os.getpid()}")
-        parameters.setdefault("connect_timeout", max(1, round(connect_timeout_seconds)))
-        for name, value in TCP_KEEPALIVES.items():
+        if "PGCONNECT_TIMEOUT" not in os.environ:  # libpq's own variable wins, as the URL's
+            parameters.setdefault("connect_timeout", max(1, round(connect_timeout_seconds)))
+        for name, value in connection_keepalives().items():
             parameters.setdefault(name, value)
         parameters["options"] = options  # the same dict each time: set, never appended to
 
     return engine
+
+
+def connection_keepalives() -> dict[str, int]:
+    """``TCP_KEEPALIVES`` as far as the libpq in use knows them (``tcp_user_timeout`` came in
+    libpq 12: an older one refuses every connection that names it)."""
+    if psycopg.pq.version() >= 120000:
+        return TCP_KEEPALIVES
+    return {name: value for name, value in TCP_KEEPALIVES.items() if name != "tcp_user_timeout"}
 
 
 def session_options(lock_timeout_seconds: float, idle_in_transaction_seconds: float,

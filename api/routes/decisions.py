@@ -26,6 +26,7 @@ from decide.api.views import job_view, sync_response
 from decide.api.waiting import wait_while_connected
 from decide.api.webhook_fields import async_webhook, shown, with_signing_secret
 from decide.store import jobs
+from decide.store.db import DATABASE_AWAY
 
 router = APIRouter()
 
@@ -55,7 +56,10 @@ async def submitted(request: Request, ctx: ApiContext, owner: str, body: Any,
         return JSONResponse({**job_view(job), **shown(job.webhook_url, secret)},
                             status_code=202,
                             headers={**headers, "Location": f"/v1/jobs/{job.id}"})
-    connected, finished = await wait_while_connected(ctx, request, job.id, owner)
+    try:
+        connected, finished = await wait_while_connected(ctx, request, job.id, owner)
+    except DATABASE_AWAY:  # no read answered: the job is stored, so its id to poll (a 504),
+        return Waited(job, headers)  # not a 503 whose retry would make and decode another
     if not connected:  # the caller went away; nobody reads this
         return Response(status_code=499)
     return Waited(finished or job, headers)
