@@ -78,3 +78,14 @@ def test_the_compose_stack_starts_with_keys_on_and_opens_only_loopback():
     assert "api-keys:/keys:ro" in services["api"]["volumes"]
     published = [port for service in services.values() for port in service.get("ports", [])]
     assert published and all(port.startswith("127.0.0.1:") for port in published), published
+
+
+def test_the_api_container_is_given_its_shutdown_grace():
+    """Docker stops a container with SIGKILL after its stop grace: the API's must outlast
+    ``decide serve``'s own (requests in flight, then its shutdown)."""
+    from decide.cli.service import shutdown_grace
+    from decide.config.settings import Settings
+
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    grace = compose["services"]["api"]["stop_grace_period"]
+    assert grace.endswith("s") and float(grace[:-1]) > shutdown_grace(Settings())
