@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Connection, Engine, select, update
 
 from decide.store.clock import database_now
 from decide.store.job_reads import get_job
 from decide.store.jobs import (
+    CANCELLED,
     FINISHED,
     QUEUED,
     RUNNING,
@@ -86,14 +87,28 @@ def while_held(job_id: str, worker_id: str | None, attempt: int | None) -> tuple
     return where
 
 
+def end_if_cancel_requested(connection: Connection, where: tuple[Any, ...]) -> list[str]:
+    """Running jobs (matching ``where``) whose owner asked to cancel them end ``cancelled``,
+    in the caller's transaction; their ids. Called before a running job goes back to the
+    queue: the cancel was sent to its worker, which is gone or gave it up, so no other
+    worker would ever hear of it and the job would be decoded, and billed, after all."""
+    return list(connection.execute(
+        update(jobs).where(*where, jobs.c.cancel_requested.is_(True))
+        .values(status=CANCELLED, finished_at=database_now(connection))
+        .returning(jobs.c.id)).scalars().all())
+
+
 def unclaim(db: Engine, job_id: str, *, worker_id: str | None = None,
             attempt: int | None = None) -> bool:
     """running → queued, the claim not counted: a worker took the job but had no runner ready
-    to decode it (nothing ran, so it is no attempt). False when the job was not ours."""
+    to decode it (nothing ran, so it is no attempt); → cancelled if its owner asked meanwhile.
+    False when the job was not ours."""
     where = while_held(job_id, worker_id, attempt)
 
     def release() -> bool:
         with db.begin() as connection:
+            if end_if_cancel_requested(connection, where):
+                return True
             return connection.execute(update(jobs).where(*where).values(
                 status=QUEUED, started_at=None, worker_id=None, sent_at=None,
                 decode_runs=jobs.c.decode_runs - 1)).rowcount == 1

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select, update
 
 from decide.store.clock import database_now
-from decide.store.job_claims import while_held
+from decide.store.job_claims import end_if_cancel_requested, while_held
 from decide.store.jobs import CANCELLED, FAILED, QUEUED, RUNNING, json_text
 from decide.store.reconnect import again_if_disconnected
 from decide.store.tables import jobs, workers
@@ -97,15 +97,27 @@ def _give_up(connection: Connection, where: tuple[Any, ...], giving_up: _GivingU
     return failed
 
 
-def _settle_crashed(db: Engine, where: tuple[Any, ...],
-                    giving_up: _GivingUp) -> tuple[int, list[str]]:
-    """Jobs whose decode ended without a finish: re-queued, or failed at the limit; one
-    transaction. Each UPDATE tests the count itself, so a job is never re-queued past the
-    limit even when ``where`` reads differently between the two statements (a worker beating
-    in between)."""
+@dataclass(frozen=True)
+class Settled:
+    requeued: int
+    failed: list[str]
+    cancelled: list[str]
+
+    @property
+    def ended(self) -> tuple[int, list[str]]:
+        """(how many were re-queued, the ids of those that ended: failed or cancelled)."""
+        return self.requeued, [*self.failed, *self.cancelled]
+
+
+def _settle_crashed(db: Engine, where: tuple[Any, ...], giving_up: _GivingUp) -> Settled:
+    """Jobs whose decode ended without a finish: cancelled if their owner asked meanwhile,
+    else re-queued, or failed at the limit; one transaction. Each UPDATE tests the count
+    itself, so a job is never re-queued past the limit even when ``where`` reads differently
+    between the statements (a worker beating in between)."""
     with db.begin() as connection:
+        cancelled = end_if_cancel_requested(connection, where)
         failed = _give_up(connection, where, giving_up)
-        return _requeue(connection, where, giving_up), failed
+        return Settled(_requeue(connection, where, giving_up), failed, cancelled)
 
 
 def requeue_abandoned(db: Engine, *, dead_after: float, max_attempts: int,
@@ -113,14 +125,15 @@ def requeue_abandoned(db: Engine, *, dead_after: float, max_attempts: int,
     """Jobs running on a worker silent for ``dead_after`` seconds (by the database's clock, so
     no worker's own clock decides) go back to the queue, to be sent again, with no attempt
     counted; those whose workers vanished ``VANISHED_CLAIMS_PER_ATTEMPT × max_attempts`` times
-    end failed (``worker_crashed``) instead. Returns how many were re-queued, and the ids of
-    those that failed. ``known_alive``: workers alive whatever their heartbeats say (the
-    caller's own: a worker whose heartbeat cannot land, its row locked, is not dead to
-    itself)."""
+    end failed (``worker_crashed``) instead, and those their owner asked to cancel end
+    cancelled. Returns how many were re-queued, and the ids of those that ended.
+    ``known_alive``: workers alive whatever their heartbeats say (the caller's own: a worker
+    whose heartbeat cannot land, its row locked, is not dead to itself)."""
     alive = select(workers.c.id).where(workers.c.last_seen >= database_now(db) - dead_after)
     where = (jobs.c.status == RUNNING, jobs.c.worker_id.is_not(None),
              jobs.c.worker_id.not_in(alive), jobs.c.worker_id.not_in(known_alive))
-    return _settle_crashed(db, where, _vanished(max_attempts, "it stopped sending heartbeats"))
+    return _settle_crashed(db, where,
+                           _vanished(max_attempts, "it stopped sending heartbeats")).ended
 
 
 def release_crashed(db: Engine, job_id: str, *, max_attempts: int, worker_id: str | None = None,
@@ -134,20 +147,13 @@ def release_crashed(db: Engine, job_id: str, *, max_attempts: int, worker_id: st
     A job its owner cancelled meanwhile ends ``cancelled`` instead: a cancel sent while the
     decode hung (a runner the watchdog killed) is not undone by decoding the job again."""
     where = while_held(job_id, worker_id, attempt)
-    if again_if_disconnected(lambda: _end_cancelled(db, where)):
-        return CANCELLED
-    requeued, failed = again_if_disconnected(
+    settled = again_if_disconnected(
         lambda: _settle_crashed(db, where, _own_crash(max_attempts, cause)))
-    if requeued:
+    if settled.cancelled:
+        return CANCELLED
+    if settled.requeued:
         return QUEUED
-    return FAILED if failed else None
-
-
-def _end_cancelled(db: Engine, where: tuple[Any, ...]) -> bool:
-    with db.begin() as connection:
-        return connection.execute(
-            update(jobs).where(*where, jobs.c.cancel_requested.is_(True))
-            .values(status=CANCELLED, finished_at=database_now(db))).rowcount > 0
+    return FAILED if settled.failed else None
 
 
 def requeue_running(db: Engine, model: str | None = None, *,
@@ -155,9 +161,10 @@ def requeue_running(db: Engine, model: str | None = None, *,
     """Put jobs left running by a process that stopped back in the queue (embedded start-up),
     with no attempt counted; those whose process vanished under them
     ``VANISHED_CLAIMS_PER_ATTEMPT × max_attempts`` times end failed (``worker_crashed``)
-    instead. Returns how many were re-queued, and the ids of those that failed."""
+    instead, and those their owner asked to cancel end cancelled. Returns how many were
+    re-queued, and the ids of those that ended."""
     where: tuple[Any, ...] = (jobs.c.status == RUNNING,)
     if model is not None:
         where = (*where, jobs.c.model == model)
     return _settle_crashed(db, where,
-                           _vanished(max_attempts, "the process stopped while it ran"))
+                           _vanished(max_attempts, "the process stopped while it ran")).ended

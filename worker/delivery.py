@@ -177,20 +177,21 @@ class Delivery(LoopThread):
         self._live_workers = live_counts(self._db)
 
     def _repair_abandoned(self) -> None:
-        """Jobs of workers that stopped: re-queued, or failed once out of attempts; a failed
-        one is announced, so a front door waiting on it answers now rather than at its
-        timeout."""
-        requeued, failed = recovery.requeue_abandoned(self._db, dead_after=DEAD_AFTER_SECONDS,
-                                                      max_attempts=self._max_attempts,
-                                                      known_alive=self._own_worker)
+        """Jobs of workers that stopped: re-queued, cancelled if their owner asked meanwhile,
+        or failed once out of attempts; one that ended is announced, so a front door waiting
+        on it answers now rather than at its timeout."""
+        requeued, ended = recovery.requeue_abandoned(self._db, dead_after=DEAD_AFTER_SECONDS,
+                                                     max_attempts=self._max_attempts,
+                                                     known_alive=self._own_worker)
         if requeued:
             log.warning("re-queued %d jobs of workers that stopped", requeued)
-        if failed:
-            log.warning("%d jobs failed with %s, their workers having vanished %d times or "
-                        "more: %s", len(failed), recovery.WORKER_CRASHED,
+        if ended:
+            log.warning("%d jobs of workers that stopped ended instead, cancelled as asked or "
+                        "failed with %s (their workers having vanished %d times or more): %s",
+                        len(ended), recovery.WORKER_CRASHED,
                         recovery.VANISHED_CLAIMS_PER_ATTEMPT * self._max_attempts,
-                        ", ".join(failed))
-        for job_id in failed:
+                        ", ".join(ended))
+        for job_id in ended:
             self._broker.publish_finished(job_id)
 
     def _refill(self, model: str, priority: str, in_redis: int, repairing: bool) -> None:

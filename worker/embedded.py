@@ -64,10 +64,10 @@ class EmbeddedWorker:
         self._heartbeat = Heartbeat(self._db, worker_id=new_worker_id(self._catalog.default),
                                     model=self._catalog.default)
         self._heartbeat.start()
-        _, failed = recovery.requeue_running(self._db, max_attempts=self._settings.max_attempts)
-        for job_id in failed:
-            log.error("job %s ended worker_crashed: the process running it died %d times",
-                      job_id, self._settings.max_attempts)
+        _, ended = recovery.requeue_running(self._db, max_attempts=self._settings.max_attempts)
+        for job_id in ended:
+            log.error("job %s, left running by the last process, ended (cancelled as its owner "
+                      "asked, or worker_crashed)", job_id)
         for job_id, model, priority, owner in job_reads.queued_jobs(self._db):
             self.send(job_id, model, priority, owner)
         self._thread.start()

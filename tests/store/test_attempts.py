@@ -289,3 +289,31 @@ def test_a_job_cancelled_while_its_decode_crashed_ends_cancelled_not_requeued(db
     ended = job_reads.get_job(db, job_id)
     assert (ended.status, ended.decode_runs) == (jobs.CANCELLED, 1)
     assert ended.finished_at is not None and usage_rows(db) == 0
+
+
+def test_a_job_cancelled_while_its_worker_vanished_ends_cancelled_not_requeued(db):
+    """The cancel went to the worker, which was dead: re-queued, the job would be claimed by
+    a worker that never heard of the cancel, and decoded and billed after all."""
+    job_id = new(db)
+    claim(db, job_id)
+    assert submission.cancel_job(db, job_id, "alice").cancel_requested
+    assert abandon(db) == (0, [job_id])  # ended (announced), not re-queued
+    ended = job_reads.get_job(db, job_id)
+    assert ended.status == jobs.CANCELLED and ended.finished_at is not None
+    assert job_claims.claim_job(db, job_id, ALIVE) is None and usage_rows(db) == 0
+
+
+def test_a_job_cancelled_while_its_process_stopped_ends_cancelled_at_the_next_start(db):
+    job_id = new(db)
+    claim(db, job_id, worker_id=None)  # the embedded worker's claim
+    submission.cancel_job(db, job_id, "alice")
+    assert recovery.requeue_running(db, max_attempts=3) == (0, [job_id])
+    assert job_reads.get_job(db, job_id).status == jobs.CANCELLED
+
+
+def test_a_job_given_back_unrun_after_its_cancel_ends_cancelled(db):
+    job_id = new(db)
+    claim(db, job_id, "worker-a")
+    submission.cancel_job(db, job_id, "alice")
+    assert job_claims.unclaim(db, job_id, worker_id="worker-a") is True
+    assert job_reads.get_job(db, job_id).status == jobs.CANCELLED
