@@ -124,7 +124,7 @@ class Runner:
             self._reap()
             try:
                 ours, theirs = socket.socketpair()
-                hold_sends_at_most(ours, self._settings.stall_seconds)
+                hold_transfers_at_most(ours, self._settings.stall_seconds)
                 with theirs:
                     self._process = subprocess.Popen(
                         [*self._argv, "--fd", str(theirs.fileno())],
@@ -346,13 +346,16 @@ class Runner:
             self.state, self.problem = FAILED, "the runner was stopped"
 
 
-def hold_sends_at_most(connection: socket.socket, seconds: float) -> None:
-    """A send to the runner blocks at most ``seconds`` (``SO_SNDTIMEO``): a runner that stopped
-    reading (frozen while idle) with a request larger than the socket's buffer fails the send
-    (an OSError: the crash path, which kills it) instead of holding the worker for ever."""
+def hold_transfers_at_most(connection: socket.socket, seconds: float) -> None:
+    """A send to the runner, or the rest of a message it began, blocks at most ``seconds``
+    (``SO_SNDTIMEO``, ``SO_RCVTIMEO``): a runner that stopped reading (frozen while idle) with
+    a request larger than the socket's buffer, or froze between a long message's header and
+    its body, fails the transfer (an OSError: the crash path, which kills it) instead of
+    holding the worker for ever. Waiting for a message to begin is bounded apart (``poll``)."""
     whole = int(seconds)
-    connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
-                          struct.pack("ll", whole, int((seconds - whole) * 1_000_000)))
+    limit = struct.pack("ll", whole, int((seconds - whole) * 1_000_000))
+    for option in (socket.SO_SNDTIMEO, socket.SO_RCVTIMEO):
+        connection.setsockopt(socket.SOL_SOCKET, option, limit)
 
 
 KILL_WAIT_SECONDS = 5.0

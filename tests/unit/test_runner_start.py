@@ -100,6 +100,37 @@ def test_a_large_request_to_a_runner_that_stopped_reading_takes_the_crash_path(t
         runner.stop()
 
 
+HALF_AN_ANSWER = """
+import os, struct, sys, time
+from multiprocessing.connection import Connection
+fd = int(sys.argv[sys.argv.index("--fd") + 1])
+connection = Connection(fd)
+connection.recv()
+connection.send(("ready", {"model": "m", "probe_ms": 1}))
+connection.recv()  # the request
+os.write(fd, struct.pack("!i", 1_000_000) + b"x" * 10)  # a long answer begun, then frozen
+time.sleep(60)
+"""
+"""A stand-in runner that freezes between a long message's header and the rest of it."""
+
+
+def test_a_runner_frozen_in_the_middle_of_an_answer_takes_the_crash_path(tmp_path):
+    runner = Runner(Settings(data_dir=tmp_path / "data", stall_seconds=1),
+                    argv=[sys.executable, "-c", HALF_AN_ANSWER],
+                    builds=[Variant("installed", None)])
+    runner.start()
+    try:
+        assert runner.wait_ready(30)
+        request = parse_request({"state": "s",
+                                 "questions": {"r": {"type": "noul", "instructions": "?"}}})
+        started = time.monotonic()
+        with pytest.raises(RunnerCrashed):
+            runner.decide("m", request)
+        assert time.monotonic() - started < 20  # the read's 1 s, not the runner's 60 s
+    finally:
+        runner.stop()
+
+
 def test_a_ready_answer_nobody_waited_for_counts_past_the_start_timeout(tmp_path):
     """A runner that answered ready while nobody waited (an idle worker after a crash) is
     ready when next asked, however late: not killed as a start that hung."""
