@@ -70,10 +70,17 @@ def forget_dead(db: Engine, *, silent_for: float) -> int:
             workers.c.last_seen < database_now(db) - silent_for)).rowcount
 
 
+WORKER_ID_LENGTH = 120
+"""The width of ``workers.id`` and ``jobs.worker_id``."""
+
+
 def new_worker_id(model: str) -> str:
     """Every start its own id: a restarted worker may have its predecessor's hostname and PID
-    (PID 1 in a container), and must not keep the dead one's jobs looking owned."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}:{model}"
+    (PID 1 in a container), and must not keep the dead one's jobs looking owned. Cut to the
+    column's width at the model's end (its row names the model whole): a pod's 63-character
+    name and a long model name must not make every heartbeat and claim fail."""
+    unique = f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{unique}:{model}"[:WORKER_ID_LENGTH]
 
 
 class Heartbeat:

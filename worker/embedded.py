@@ -42,6 +42,7 @@ class EmbeddedWorker:
         self._events = events
         self._queue = FairQueue()
         self._runner = runner or Runner(settings, catalog.default)
+        self._worker_id = new_worker_id(catalog.default)
         self._thread = threading.Thread(target=self._loop, name="decide-worker", daemon=True)
         self._stopping = threading.Event()
         """Set on stop: the loop ends, a running job goes back to the queue before its next
@@ -61,7 +62,7 @@ class EmbeddedWorker:
         """Start the runner (it loads the default model and decodes the probe), take back the
         jobs a previous process left, and start taking jobs once the runner is ready."""
         self._runner.start()
-        self._heartbeat = Heartbeat(self._db, worker_id=new_worker_id(self._catalog.default),
+        self._heartbeat = Heartbeat(self._db, worker_id=self._worker_id,
                                     model=self._catalog.default)
         self._heartbeat.start()
         _, ended = recovery.requeue_running(self._db, max_attempts=self._settings.max_attempts)
@@ -145,7 +146,9 @@ class EmbeddedWorker:
 
     def _run_taken(self, priority: str, owner: str, job_id: str, nested: bool) -> None:
         try:
-            run_job(job_id, db=self._db, engine_for=self._engine_for,
+            # claimed under this process's id: a claim whose reply was lost is found again
+            # as its own (None could not tell it from another's), not left running unheld
+            run_job(job_id, db=self._db, engine_for=self._engine_for, worker_id=self._worker_id,
                     on_finished=self._events.publish, cancelled=self.cancelled,
                     yield_to_foreground=None if nested else self._foreground_first,
                     max_attempts=self._settings.max_attempts, on_requeued=self._requeue,

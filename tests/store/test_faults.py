@@ -148,6 +148,20 @@ def test_every_worker_start_has_its_own_id():
         assert worker_id.endswith(":m")
 
 
+def test_a_long_host_and_model_name_still_make_a_worker_that_beats_and_claims(db,
+                                                                             monkeypatch):
+    """A Kubernetes pod's 63-character name and a long model name: the id fits its column,
+    so the heartbeat lands and claims work (on PostgreSQL they failed, every time)."""
+    monkeypatch.setattr(socket, "gethostname", lambda: "decide-worker-" + "p" * 49)
+    model = "m" * 150
+    worker_id = new_worker_id(model)
+    assert len(worker_id) <= 120 and worker_id.startswith("decide-worker-")
+    beat(db, worker_id=worker_id, model=model, hostname=socket.gethostname(), pid=1)
+    assert live_counts(db) == {model: 1}
+    job_id = new(db)
+    assert job_claims.claim_job(db, job_id, worker_id).worker_id == worker_id
+
+
 class AnsweringEngine:
     """Decodes nothing: this test is about storing the result, not computing it."""
 
@@ -449,6 +463,9 @@ def test_a_stopping_embedded_worker_puts_its_job_back_before_the_next_row(tmp_pa
     first.send(job.id, catalog.default, "background")
     wait_until(lambda: job_reads.get_job(db, job.id).status == jobs.RUNNING,
                what=lambda: f"the job is {job_reads.get_job(db, job.id).status}")
+    # claimed under the process's own id: a claim whose reply was lost is found again as its
+    # own (under none, it could not be told from another's, and was left running unheld)
+    assert job_reads.get_job(db, job.id).worker_id == first._worker_id
     started = time.monotonic()
     first.stop()
     assert time.monotonic() - started < 5  # a row, not the job's end (the join waits 30 s)
