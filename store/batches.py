@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Connection, Engine, select, update
 
 from decide.store import counts
 from decide.store.clock import read_database_now
@@ -100,15 +100,21 @@ def create_batch(db: Engine, *, owner: str, model: str, priority: str,
                                                            start=start)])
         counts.count_new_batch(connection, batch_id=batch_id, model=model, priority=priority,
                                items=len(items), rows_per_item=rows_per_item)
-    batch = get_batch(db, batch_id, owner)
+        # read in the transaction that stored it: a read after the commit that the database
+        # refused (a dropped connection) answered 503, and a client's retry made a second batch
+        batch = _read_batch(connection, batch_id, owner)
     assert batch is not None
     return batch, job_ids
 
 
 def get_batch(db: Engine, batch_id: str, owner: str) -> BatchRecord | None:
     with db.connect() as connection:
-        row = connection.execute(select(*SUMMARY_COLUMNS).where(
-            batches.c.id == batch_id, batches.c.owner == owner)).first()
+        return _read_batch(connection, batch_id, owner)
+
+
+def _read_batch(connection: Connection, batch_id: str, owner: str) -> BatchRecord | None:
+    row = connection.execute(select(*SUMMARY_COLUMNS).where(
+        batches.c.id == batch_id, batches.c.owner == owner)).first()
     return None if row is None else _record(row)
 
 

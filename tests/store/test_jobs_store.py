@@ -245,3 +245,20 @@ def test_a_batch_whose_items_all_expired_reads_expired(db):
     view = batch_view(batches.get_batch(db, batch.id, "alice"), batches.progress(db, batch.id))
     assert view["status"] == "expired"
     assert view["request_counts"]["cancelled"] == 2 and view["finished_at"] is not None
+
+
+def test_a_stored_batch_is_answered_from_the_transaction_that_stored_it(db, monkeypatch):
+    """A read after the commit that the database refused (a dropped connection) made the
+    front door answer 503 for a stored batch, and a client's retry stored a second one."""
+    from sqlalchemy.exc import OperationalError
+
+    from decide.store import batches
+
+    def refused(*args, **kwargs):
+        raise OperationalError("SELECT", {}, Exception("the connection dropped"))
+
+    monkeypatch.setattr(batches, "get_batch", refused)
+    batch, job_ids = batches.create_batch(db, owner="alice", model="m", priority="background",
+                                          questions={"r": {"type": "noul"}}, metadata=None,
+                                          items=[("a", "s1")], rows_per_item=1)
+    assert (batch.total, batch.owner, len(job_ids)) == (1, "alice", 1)
