@@ -1,30 +1,165 @@
-"""What the command's modules share: the mistake a user can fix, the service arguments, and
-the progress line (base install only: ``decide.cli.service`` imports it, never ``main``)."""
+"""What the command's modules share: the mistake a user can fix, the argument types that say
+one, the service arguments, the files a command reads, and the progress line (base install
+only: ``decide.cli.service`` imports it, never ``main``)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import math
 import os
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from decide.core.questions import json_kind
 
 
 class UsageError(Exception):
-    """A mistake in how ``decide`` was called."""
+    """A mistake in how ``decide`` was called.
+
+    An argument type raises it rather than ``argparse.ArgumentTypeError``: argparse lets it
+    through, and ``main`` says it in one line (``decide: --timeout: …``) with status 1, as
+    every other mistake, instead of argparse's usage and wording."""
+
+
+def positive_seconds(option: str) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds above 0 (``inf``, ``nan``, ``-5`` and
+    ``0`` would never end, or end at once)."""
+
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0:
+            raise UsageError(f"{option}: must be a positive number of seconds, not {text!r}")
+        return value
+
+    return seconds
+
+
+def whole_number(option: str, low: int = 1, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` (to ``high``), said as what is allowed."""
+    allowed = f"from {low} to {high}" if high is not None else f"of {low} or more"
+
+    def number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low or (high is not None and value > high):
+            raise UsageError(f"{option}: must be a whole number {allowed}, not {text!r}")
+        return value
+
+    return number
+
+
+PORT_NUMBER = whole_number("--port", 1, 65535)
+
+
+def json_object(option: str) -> Callable[[str], dict[str, Any]]:
+    """An argparse type: a JSON object (``NaN`` and ``Infinity`` are not JSON)."""
+
+    def parsed(text: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text, parse_constant=_no_constant)
+        except ValueError as error:
+            raise UsageError(f"{option}: must be a JSON object; this is not JSON "
+                             f"({error})") from error
+        if not isinstance(value, dict):
+            raise UsageError(f"{option}: must be a JSON object, not {json_kind(value)}")
+        return value
+
+    return parsed
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def service_url(*, needed: bool) -> Callable[[str], str]:
+    """An argparse type: an http(s) URL with a host (``DECIDE_URL`` included, as argparse
+    applies it to a default too); empty means in-process where a command can be."""
+
+    def url(text: str) -> str:
+        if not text:
+            if needed:
+                raise UsageError("--url: this command needs a running service's address "
+                                 "(http://host:port; default DECIDE_URL)")
+            return text
+        problem = _url_problem(text)
+        if problem:
+            raise UsageError(f"--url: not a valid http(s) URL: {text!r} ({problem}; e.g. "
+                             f"http://127.0.0.1:8000; the default comes from DECIDE_URL)")
+        return text
+
+    return url
+
+
+def _url_problem(text: str) -> str | None:
+    try:
+        urlsplit(text).port  # noqa: B018  (reading it checks it: "Invalid IPv6 URL", …)
+        parsed = httpx.URL(text)
+    except (ValueError, httpx.InvalidURL) as error:
+        return str(error)
+    if parsed.scheme not in ("http", "https"):
+        return "the scheme must be http or https"
+    if any(character.isspace() for character in text):
+        return "a URL holds no spaces"
+    if not parsed.host:
+        return "no host"
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        return "the port must be from 1 to 65535"
+    return None
 
 
 def add_service_args(command: argparse.ArgumentParser, url_default: str | None,
-                     timeout_default: float = 600.0) -> None:
-    """``--url``, ``--api-key`` and ``--timeout`` of a command that can go through a service."""
-    command.add_argument("--url", default=url_default,
+                     timeout_default: float = 600.0, *, needs_service: bool = False) -> None:
+    """``--url``, ``--api-key`` and ``--timeout`` of a command that can go through a service
+    (``needs_service``: one that only can)."""
+    command.add_argument("--url", default=url_default, type=service_url(needed=needs_service),
                          help="a running service (default DECIDE_URL"
-                              + (" or http://127.0.0.1:8000)" if url_default else
+                              + (" or http://127.0.0.1:8000)" if needs_service else
                                  "; none: answer in-process)"))
     command.add_argument("--api-key", default=os.environ.get("DECIDE_API_KEY"),
                          help="an API key (default DECIDE_API_KEY)")
-    command.add_argument("--timeout", type=float, default=timeout_default,
+    command.add_argument("--timeout", type=positive_seconds("--timeout"),
+                         default=timeout_default,
                          help=f"seconds a call may take, retries included (default "
                               f"{timeout_default:g})")
+
+
+@contextlib.contextmanager
+def reading(argument: str, path: str | Path) -> Iterator[None]:
+    """A file that cannot be read (missing, a folder, not UTF-8) said as ``ARGUMENT: cannot
+    read PATH: why``, rather than a bare ``[Errno 2] …`` that names neither."""
+    try:
+        yield
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{argument}: cannot read {path}: not UTF-8 text (byte "
+                         f"{error.object[error.start]:#04x} at {error.start})") from error
+    except OSError as error:
+        raise UsageError(f"{argument}: cannot read {path}: "
+                         f"{error.strerror or error}") from error
+
+
+def read_json_object(argument: str, path: str, what: str) -> dict[str, Any]:
+    """The JSON object a file holds (``what`` it should be, for the message)."""
+    with reading(argument, path), open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except ValueError as error:
+        raise UsageError(f"{argument}: {path} is not valid JSON ({error})") from error
+    if not isinstance(value, dict):
+        raise UsageError(f"{argument}: {path} must hold {what}, not {json_kind(value)}")
+    return value
 
 
 def show_progress(done: int, total: int) -> None:

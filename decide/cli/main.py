@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from decide.cli import remote
-from decide.cli.common import UsageError, add_service_args, show_progress
+from decide.cli.common import (
+    PORT_NUMBER,
+    UsageError,
+    add_service_args,
+    json_object,
+    read_json_object,
+    reading,
+    show_progress,
+    whole_number,
+)
 from decide.cli.request import add_question_args, inline_questions, request_body
 from decide.cli.status_view import render_status
 from decide.cli.teaching import add_teach_parser
@@ -30,6 +39,9 @@ Handler = Callable[[argparse.Namespace], int]
 
 MCP_TIMEOUT_SECONDS = 120.0
 """``decide mcp --url``'s default ``--timeout``: the client's own default."""
+
+STATUS_TIMEOUT_SECONDS = 10.0
+"""``decide status``'s default ``--timeout``: a look at a service, not a wait for work."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,17 +73,18 @@ def _add_answering_commands(commands: Any) -> None:
 
     submit = commands.add_parser("submit", help="submit a job to a running service")
     add_question_args(submit)
-    add_service_args(submit, service_url)
+    add_service_args(submit, service_url, needs_service=True)
     submit.add_argument("--priority", choices=PRIORITIES,
                         default="background")
-    submit.add_argument("--metadata", help="a JSON object echoed back with the job")
+    submit.add_argument("--metadata", type=json_object("--metadata"),
+                        help="a JSON object echoed back with the job")
     submit.add_argument("--idempotency-key", help="the same key and body return the same job")
     submit.set_defaults(handler=submit_command)
 
     job = commands.add_parser("job", help="show a job of a running service")
     job.add_argument("job_id")
     job.add_argument("--wait", action="store_true", help="wait until the job has finished")
-    add_service_args(job, service_url)
+    add_service_args(job, service_url, needs_service=True)
     job.set_defaults(handler=remote.job)
 
     batch = commands.add_parser("batch", help="one question set over a JSONL file of states")
@@ -83,14 +96,14 @@ def _add_answering_commands(commands: Any) -> None:
                        default="background")
     batch.add_argument("--no-wait", action="store_true",
                        help="print the batch at once instead of following its progress")
-    add_service_args(batch, service_url)
+    add_service_args(batch, service_url, needs_service=True)
     batch.set_defaults(handler=batch_command)
 
     results = commands.add_parser("results", help="a batch's results as NDJSON (or CSV)")
     results.add_argument("batch_id")
     results.add_argument("--csv", action="store_true",
                          help="CSV as GET /v1/batches/{id}/results?format=csv gives it")
-    add_service_args(results, service_url)
+    add_service_args(results, service_url, needs_service=True)
     results.set_defaults(handler=remote.results)
 
 
@@ -100,7 +113,8 @@ def _add_quality_commands(commands: Any) -> None:
                                                   "Brier, ECE, reliability, position bias")
     evaluation.add_argument("--model", help="a configured model (default: the default)")
     evaluation.add_argument("--set", help="a JSONL set (default: the project's own)")
-    evaluation.add_argument("--limit", type=int, help="only the first N items")
+    evaluation.add_argument("--limit", type=whole_number("--limit"),
+                            help="only the first N items")
     evaluation.add_argument("--json", action="store_true", help="print the figures as JSON")
     add_service_args(evaluation, os.environ.get("DECIDE_URL"))
     evaluation.set_defaults(handler=eval_command)
@@ -122,11 +136,11 @@ def _add_service_commands(commands: Any) -> None:
     models.set_defaults(handler=_in_service("models"))
     serve = commands.add_parser("serve", help="start the HTTP API (embedded: with a worker)")
     serve.add_argument("--host", help="address to listen on (default DECIDE_HOST, 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default DECIDE_PORT, 8000)")
+    serve.add_argument("--port", type=PORT_NUMBER, help="port (default DECIDE_PORT, 8000)")
     serve.add_argument("--insecure-no-keys", action="store_true",
                        help="listen beyond loopback with no API keys (the API open to anyone "
                             "who reaches it); without it, that is refused")
-    serve.add_argument("--workers", type=int, default=1,
+    serve.add_argument("--workers", type=whole_number("--workers"), default=1,
                        help="front-door processes (distributed setup only; metrics are merged "
                             "through PROMETHEUS_MULTIPROC_DIR)")
     serve.set_defaults(handler=_in_service("serve"))
@@ -142,7 +156,7 @@ def _add_service_commands(commands: Any) -> None:
     keys.add_argument("action", choices=["ensure"],
                       help="ensure: write one fresh key to FILE unless it holds keys, and "
                            "print it once")
-    keys.add_argument("file", type=Path, help="the keys file")
+    keys.add_argument("file", metavar="FILE", type=Path, help="the keys file")
     keys.set_defaults(handler=_in_service("keys"))
 
 
@@ -154,12 +168,13 @@ def _add_operating_commands(commands: Any) -> None:
     check.add_argument("--json", action="store_true", help="print what was found as JSON")
     check.set_defaults(handler=_in_service("check"))
     status = commands.add_parser("status", help="lanes, depths, ages, throughput and workers")
-    add_service_args(status, os.environ.get("DECIDE_URL", "http://127.0.0.1:8000"))
+    add_service_args(status, os.environ.get("DECIDE_URL", "http://127.0.0.1:8000"),
+                     STATUS_TIMEOUT_SECONDS, needs_service=True)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(handler=status_command)
     worker = commands.add_parser("worker", help="a Celery worker holding one model")
     worker.add_argument("--model", help="the configured model it serves (default: the default)")
-    worker.add_argument("--metrics-port", type=int,
+    worker.add_argument("--metrics-port", type=whole_number("--metrics-port", 0, 65535),
                         help="serve Prometheus metrics on the first free port from this "
                              "one (default DECIDE_WORKER_METRICS_PORT, 9101; 0: none)")
     worker.set_defaults(handler=_in_service("worker"))
@@ -180,7 +195,11 @@ def _in_service(command: str) -> Handler:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    try:
+        args, unknown = parser.parse_known_args(argv)
+    except UsageError as error:  # an argument's own type refused it (decide.cli.common)
+        print(f"decide: {error}", file=sys.stderr)
+        return 1
     if unknown:  # told by the command's own usage, not the top-level one
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
@@ -242,8 +261,8 @@ def submit_command(args: argparse.Namespace) -> int:
 
 def batch_command(args: argparse.Namespace) -> int:
     if args.questions:
-        with open(args.questions, encoding="utf-8") as handle:
-            questions = json.load(handle)
+        questions = read_json_object("--questions", args.questions,
+                                     "a JSON object of questions (id → question)")
     elif args.inline:
         questions = inline_questions(args.inline)
     else:
@@ -254,7 +273,7 @@ def batch_command(args: argparse.Namespace) -> int:
 def status_command(args: argparse.Namespace) -> int:
     """``decide status``: a refusal is said as every remote command says it
     (``decide: authentication_error: …``)."""
-    with Client(args.url, api_key=args.api_key, timeout=10) as client:
+    with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
         report = client.status()
     print(json.dumps(report, indent=2) if args.json else render_status(report), end="\n"
           if args.json else "")
@@ -262,7 +281,8 @@ def status_command(args: argparse.Namespace) -> int:
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    items = load_set(Path(args.set) if args.set else None)[:args.limit]
+    with reading("--set", args.set or "the project's set"):
+        items = load_set(Path(args.set) if args.set else None)[:args.limit]
     progress = show_progress
     if args.url:
         with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:

@@ -7,12 +7,15 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
+from decide.cli.common import UsageError, reading
 from decide.client import Client
 from decide.core.display import render_decision
 from decide.core.protocol import parse_request
+from decide.core.questions import json_kind
 from decide.core.readout import answer_from_wire
 
 PROGRESS_WIDTH = 30
@@ -53,10 +56,9 @@ def remote_run(args: argparse.Namespace, body: dict[str, Any]) -> int:
 
 def submit(args: argparse.Namespace, body: dict[str, Any]) -> int:
     parse_request(body)
-    metadata = json.loads(args.metadata) if args.metadata else None
-    with client_for(args) as client:
+    with client_for(args) as client:  # --metadata: a JSON object, checked as it was parsed
         job = client.submit(body["state"], body["questions"], model=body.get("model"),
-                            priority=args.priority, metadata=metadata,
+                            priority=args.priority, metadata=args.metadata,
                             idempotency_key=args.idempotency_key)
     print(json.dumps(asdict(job), ensure_ascii=False, indent=2))
     return 0
@@ -88,21 +90,30 @@ def waiting_line(status: str, seconds: float) -> str:
 
 
 def read_items(path: str) -> list[dict[str, Any]]:
-    """JSON Lines of ``{"custom_id", "state"}``; ``-`` reads standard input."""
-    handle = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
-    try:
-        items = []
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                items.append(json.loads(line))
-            except ValueError as error:
-                raise ValueError(f"{path}:{number}: not valid JSON: {error}") from error
-        return items
-    finally:
-        if handle is not sys.stdin:
-            handle.close()
+    """JSON Lines of ``{"custom_id", "state"}``; ``-`` reads standard input. Each line is
+    checked to be an object here: the client would take another value for a
+    ``(custom_id, state)`` pair, and a string's first two letters are one."""
+    with reading("FILE.jsonl", path):
+        if path == "-":
+            return _items_of(path, sys.stdin)
+        with open(path, encoding="utf-8") as handle:
+            return _items_of(path, handle)
+
+
+def _items_of(path: str, lines: Iterable[str]) -> list[dict[str, Any]]:
+    items = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as error:
+            raise UsageError(f"{path}:{number}: not valid JSON: {error}") from error
+        if not isinstance(item, dict):
+            raise UsageError(f'{path}:{number}: each line must be a {{"custom_id", "state"}} '
+                             f"object, not {json_kind(item)}")
+        items.append(item)
+    return items
 
 
 def progress_line(done: int, total: int, counts: dict[str, int]) -> str:

@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import time
@@ -16,13 +17,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from decide.cli.common import UsageError, show_progress, where_decide_is
+from decide.cli.common import UsageError, reading, show_progress, where_decide_is
 from decide.cli.exposure import open_beyond_loopback, open_warning, refusal
 from decide.config.keys_file import ensure_keys
 from decide.config.settings import Settings
 from decide.core.display import render_decision
-from decide.core.errors import ConfigError
+from decide.core.errors import ConfigError, InvalidRequest
 from decide.core.protocol import MAX_WAIT_SECONDS, DecisionRequest, parse_request
 from decide.llm.catalog import ModelConfig, base_profile, load_catalog, profile_path
 from decide.migrations.apply import upgrade
@@ -116,8 +118,36 @@ def models_command(_: argparse.Namespace | None = None) -> int:
     return 0
 
 
+KEY_LINE = re.compile(r"[A-Za-z0-9._~+/=-]+")
+"""What a key's line may hold: a bearer token (``dk_`` and URL-safe base64, as ``decide keys``
+makes them, or any other token of these characters)."""
+
+
+def check_keys_file(path: Path) -> None:
+    """Refuse a FILE that is no keys file (a folder, ``/dev/null``, ``pyproject.toml``):
+    ``ensure_keys`` would count its lines as keys, or fail with a bare errno."""
+    if path.exists() and not path.is_file():
+        raise UsageError(f"FILE: {path} is not a regular file; give the keys file's path")
+    if not path.exists():
+        return
+    with reading("FILE", path):
+        lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
+        text = line.split("#", 1)[0].strip()
+        if text and not KEY_LINE.fullmatch(text):
+            raise UsageError(f"FILE: {path}, line {number}, is not an API key: a keys file "
+                             f"holds one key a line (dk_…: letters, digits and -._~+/=), and "
+                             f"# starts a comment")
+
+
 def keys_command(args: argparse.Namespace) -> int:
-    key = ensure_keys(args.file)
+    check_keys_file(args.file)
+    try:
+        key = ensure_keys(args.file)
+    except OSError as error:  # the folder named where it is not the file itself
+        at = f" ({error.filename})" if error.filename and error.filename != str(args.file) else ""
+        raise UsageError(f"FILE: cannot write {args.file}: {error.strerror or error}{at}"
+                         ) from error
     if key is None:
         print(f"{args.file} already holds API keys (they are not shown again); decide's "
               f"client and command line read yours from DECIDE_API_KEY; "
@@ -133,7 +163,8 @@ def keys_command(args: argparse.Namespace) -> int:
 
 def serve_command(args: argparse.Namespace) -> int:
     settings = Settings()
-    host, port = args.host or settings.host, args.port or settings.port
+    host = args.host or settings.host
+    port = settings.port if args.port is None else args.port  # --port 0 is refused, not 8000
     check_exposure(host, settings.key_list, insecure=args.insecure_no_keys)
     # the web server and the front door are serve's alone: no other command's process loads them
     import uvicorn
@@ -190,8 +221,15 @@ def check_command(args: argparse.Namespace) -> int:
 
 
 def migrate_command(_: argparse.Namespace | None = None) -> int:
-    url = Settings().resolved_database_url
-    applied = upgrade(url)
+    settings = Settings()
+    url = settings.resolved_database_url
+    try:
+        applied = upgrade(url)
+    except Exception as error:  # the store's errors, which only the store may name by class
+        if not is_database_error(error):
+            raise
+        raise UsageError(database_problem(url, settings.database_url is not None,
+                                          error)) from error
     where = url.split("@")[-1]
     if applied:
         print(f"applied {len(applied)} migration{'s' if len(applied) > 1 else ''} to {where}: "
@@ -201,19 +239,67 @@ def migrate_command(_: argparse.Namespace | None = None) -> int:
     return 0
 
 
+DATABASE_ERROR_MODULES = ("sqlalchemy", "alembic", "psycopg", "sqlite3")
+"""Where an error that a bad ``DECIDE_DATABASE_URL`` or an unreachable database raises comes
+from (the command line may not import SQLAlchemy to name them by class)."""
+
+
+def is_database_error(error: Exception) -> bool:
+    """An error of the database or its URL (or a driver not installed), not a bug."""
+    return (type(error).__module__.split(".")[0] in DATABASE_ERROR_MODULES
+            or isinstance(error, (OSError, ModuleNotFoundError)))
+
+
+def database_problem(url: str, configured: bool, error: Exception) -> str:
+    """One line naming ``DECIDE_DATABASE_URL`` (or the embedded file) and the cause, the
+    password masked."""
+    shown = masked_url(url)
+    password = _password(url)
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    if isinstance(error, ModuleNotFoundError):
+        lines = [f"its driver is not installed (no module named {error.name!r})"]
+    cause = lines[0] if not password else lines[0].replace(password, "***")
+    where = f"DECIDE_DATABASE_URL: cannot migrate {shown}" if configured else (
+        f"the embedded database (DECIDE_DATABASE_URL unset): cannot migrate {shown}")
+    return f"{where}: {cause}"
+
+
+def _password(url: str) -> str | None:
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password as ``***``."""
+    password = _password(url)
+    if not password:
+        return url
+    scheme, _, rest = url.partition("://")
+    credentials, at, place = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}:***{at}{place}"
+
+
 def worker_command(args: argparse.Namespace) -> int:
+    settings = Settings()
+    if not settings.broker_url:
+        raise UsageError("DECIDE_BROKER_URL: not set; decide worker takes its jobs from a "
+                         "broker (Redis) and needs DECIDE_DATABASE_URL too (the embedded "
+                         "service, decide serve, needs no worker)")
     # Celery and the worker's composition root are this command's alone
     from decide.launch.celery_worker import CeleryWorker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    settings = Settings()
     port = settings.worker_metrics_port if args.metrics_port is None else args.metrics_port
     CeleryWorker(settings, args.model, metrics_port=port or None).run()
     return 0
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
-    items = load_set(Path(args.examples))
+    with reading("--examples", args.examples):
+        items = load_set(Path(args.examples))
     settings = Settings()
     config = load_catalog(settings).get(args.model)
     loaded = _load_engine(config, settings)
@@ -235,6 +321,19 @@ def calibrate_command(args: argparse.Namespace) -> int:
     path.write_text(json.dumps(raw, indent=2) + "\n")
     print(f"wrote the temperatures into {path}")
     return 0
+
+
+def check_teachable(path: str, question: dict[str, Any],
+                    examples: list[dict[str, Any]]) -> None:
+    """The service's own check of a new taught question's examples (every answer of it
+    given, answers valid, enough in all): a fit on one answer, or none, means nothing."""
+    from decide.api.taught import check_examples, checked_question  # the front door's, as is
+
+    title = question.get("instructions") or question.get("type")
+    try:
+        check_examples(examples, checked_question(question), labelled=0, labelled_answers=[])
+    except InvalidRequest as error:
+        raise UsageError(f"{path}: question {title!r}: {error}") from error
 
 
 def teach_in_process(question: dict[str, Any], examples: list[dict[str, Any]],

@@ -8,7 +8,7 @@ import argparse
 import json
 from typing import Any
 
-from decide.cli.common import add_service_args
+from decide.cli.common import add_service_args, positive_seconds, reading, whole_number
 from decide.client import Client
 from decide.core.questions import Collector, parse_question
 from decide.core.taught import match_key
@@ -19,7 +19,7 @@ def read_examples(path: str) -> list[tuple[dict[str, Any], list[dict[str, Any]]]
     "answer"}``. A line is ``{"state", "question", "answer"}`` (``gold`` is read as
     ``answer``, so the project's quality sets work as they are)."""
     groups: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
-    with open(path, encoding="utf-8") as handle:
+    with reading("FILE.jsonl", path), open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -97,11 +97,15 @@ def teach_command(args: argparse.Namespace) -> int:
                 print(render_fit(question, taught.status, taught.fit, taught.error,
                                  taught.id), flush=True)
         return 1 if failed else 0
-    from decide.cli.service import teach_in_process  # the server extra's; loads llama_cpp
+    # the server extra's; loads llama_cpp
+    from decide.cli.service import check_teachable, teach_in_process
 
-    for question, examples in groups:
-        fit = teach_in_process(question, first_per_answer(examples, args.per_question),
-                               args.model)
+    chosen = [(question, first_per_answer(examples, args.per_question))
+              for question, examples in groups]
+    for question, examples in chosen:  # all of them, before a model is loaded
+        check_teachable(args.file, question, examples)
+    for question, examples in chosen:
+        fit = teach_in_process(question, examples, args.model)
         print(render_fit(question, "fitted", fit, None), flush=True)
     return 0
 
@@ -109,12 +113,13 @@ def teach_command(args: argparse.Namespace) -> int:
 def add_teach_parser(commands: Any, service_url: str | None) -> None:
     teach = commands.add_parser(
         "teach", help="teach questions from labelled examples (JSONL: state, question, answer)")
-    teach.add_argument("file", help="JSONL: one {state, question, answer} a line "
-                                    "(quality/calibration.jsonl shows the format, gold as answer)")
+    teach.add_argument("file", metavar="FILE.jsonl",
+                       help="JSONL: one {state, question, answer} a line "
+                            "(quality/calibration.jsonl shows the format, gold as answer)")
     teach.add_argument("--model", help="a configured model (default: the default)")
-    teach.add_argument("--per-question", type=int,
+    teach.add_argument("--per-question", type=whole_number("--per-question"),
                        help="only the first N examples of each question, answers in turn")
-    teach.add_argument("--wait", type=float, default=600.0,
+    teach.add_argument("--wait", type=positive_seconds("--wait"), default=600.0,
                        help="seconds to wait for each fit through --url (default 600)")
     add_service_args(teach, service_url)
     teach.set_defaults(handler=teach_command)

@@ -86,7 +86,7 @@ class AsyncClient:
 
     async def job(self, job_id: str, wait: float | None = None) -> Job:
         params = {"wait": min(wait, MAX_WAIT_SECONDS)} if wait else None
-        body, _ = await self._call("GET", f"/v1/jobs/{job_id}", params=params,
+        body, _ = await self._call("GET", calls.job_path(job_id), params=params,
                                    timeout=(wait or 0) + self.timeout)
         return Job.from_wire(body)
 
@@ -102,7 +102,7 @@ class AsyncClient:
                                            job_id=job_id, error_type="timeout")
 
     async def cancel(self, job_id: str) -> Job:
-        body, _ = await self._call("DELETE", f"/v1/jobs/{job_id}")
+        body, _ = await self._call("DELETE", calls.job_path(job_id))
         return Job.from_wire(body)
 
     async def batch(self, questions: Mapping[str, Mapping[str, Any]], items: Iterable[Any],
@@ -116,13 +116,14 @@ class AsyncClient:
         return batch
 
     async def get_batch(self, batch_id: str) -> Batch:
-        body, _ = await self._call("GET", f"/v1/batches/{batch_id}")
+        body, _ = await self._call("GET", calls.batch_path(batch_id))
         return Batch.from_wire(body)
 
     async def results(self, batch_id: str) -> AsyncIterator[BatchResult]:
         questions = self._questions.get(batch_id)
+        path = f"{calls.batch_path(batch_id)}/results"
         try:
-            async with self._http.stream("GET", f"/v1/batches/{batch_id}/results") as response:
+            async with self._http.stream("GET", path) as response:
                 if response.status_code >= 400:
                     await response.aread()
                     calls.checked(response.status_code, response.json(), response.headers)
@@ -135,9 +136,9 @@ class AsyncClient:
 
     async def results_csv(self, batch_id: str) -> AsyncIterator[str]:
         """The finished items as CSV text, header first, streamed in chunks."""
+        path = f"{calls.batch_path(batch_id)}/results"
         try:
-            async with self._http.stream("GET", f"/v1/batches/{batch_id}/results",
-                                         params={"format": "csv"}) as response:
+            async with self._http.stream("GET", path, params={"format": "csv"}) as response:
                 if response.status_code >= 400:
                     await response.aread()
                     calls.checked(response.status_code, response.json(), response.headers)
@@ -160,16 +161,16 @@ class AsyncClient:
         deadline = time.monotonic() + (wait or 0)
         while True:
             params = calls.taught_poll(wait, deadline, time.monotonic())
-            body, _ = await self._call("GET", f"/v1/questions/{taught_id}", params=params,
+            body, _ = await self._call("GET", calls.taught_path(taught_id), params=params,
                                        timeout=(params or {}).get("wait", 0) + self.timeout)
             taught = TaughtQuestion.from_wire(body)
             if taught.settled or params is None:
                 return taught
 
     async def forget(self, taught_id: str) -> None:
-        await self._call("DELETE", f"/v1/questions/{taught_id}")
+        await self._call("DELETE", calls.taught_path(taught_id))
 
     async def label(self, job_id: str, answers: Mapping[str, Any]) -> dict[str, Any]:
-        body, _ = await self._call("POST", f"/v1/jobs/{job_id}/labels",
+        body, _ = await self._call("POST", f"{calls.job_path(job_id)}/labels",
                                    json_body={"answers": dict(answers)})
         return body

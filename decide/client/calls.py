@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import os
+import re
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -40,27 +41,70 @@ def decide_body(state: Any, questions: Mapping[str, Any], model: str | None,
     return body
 
 
+ID_SEGMENT = re.compile(r"[A-Za-z0-9_-]{1,100}")
+"""What a job, batch or taught question id may be: one URL path segment, never ``.``, ``..``
+or one with a ``/`` (``../../v1/status`` would read another resource as the job)."""
+
+
+def path_id(value: Any, noun: str, prefix: str) -> str:
+    """``value`` as an id to put in a URL path; a ``ValueError`` naming the id otherwise."""
+    if not isinstance(value, str) or not ID_SEGMENT.fullmatch(value):
+        raise ValueError(f"{noun} id: must be a {noun}'s id ({prefix}_…: letters, digits, _ "
+                         f"and -)")
+    return value
+
+
+def job_path(job_id: Any) -> str:
+    return f"/v1/jobs/{path_id(job_id, 'job', 'job')}"
+
+
+def batch_path(batch_id: Any) -> str:
+    return f"/v1/batches/{path_id(batch_id, 'batch', 'batch')}"
+
+
+def taught_path(taught_id: Any) -> str:
+    return f"/v1/questions/{path_id(taught_id, 'taught question', 'tq')}"
+
+
+def _metadata(metadata: Any) -> dict[str, Any]:
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata: must be a JSON object (a mapping), not "
+                        f"{type(metadata).__name__}")
+    return dict(metadata)
+
+
 def job_body(state: Any, questions: Mapping[str, Any], model: str | None, priority: str,
              metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     body: dict[str, Any] = {"state": state, "questions": dict(questions), "priority": priority}
     if model is not None:
         body["model"] = model
     if metadata is not None:
-        body["metadata"] = dict(metadata)
+        body["metadata"] = _metadata(metadata)
     return body
+
+
+def batch_item(item: Any, index: int) -> dict[str, Any]:
+    """An item as the wire takes it: a ``{"custom_id", "state"}`` mapping, or a
+    ``(custom_id, state)`` tuple or list of two (a string is neither, though it indexes)."""
+    if isinstance(item, Mapping):
+        return dict(item)
+    if isinstance(item, (tuple, list)) and len(item) == 2:
+        return {"custom_id": item[0], "state": item[1]}
+    raise TypeError(f'items[{index}]: each item must be a {{"custom_id", "state"}} mapping or '
+                    f"a (custom_id, state) pair, not {type(item).__name__}")
 
 
 def batch_body(questions: Mapping[str, Any], items: Iterable[Any], model: str | None,
                priority: str, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     """Items are ``{"custom_id", "state"}`` objects or ``(custom_id, state)`` pairs."""
-    listed = [item if isinstance(item, Mapping) else {"custom_id": item[0], "state": item[1]}
-              for item in items]
-    body: dict[str, Any] = {"questions": dict(questions), "items": [dict(i) for i in listed],
+    body: dict[str, Any] = {"questions": dict(questions),
+                            "items": [batch_item(item, index)
+                                      for index, item in enumerate(items)],
                             "priority": priority}
     if model is not None:
         body["model"] = model
     if metadata is not None:
-        body["metadata"] = dict(metadata)
+        body["metadata"] = _metadata(metadata)
     return body
 
 

@@ -87,7 +87,7 @@ class Client:
 
     def job(self, job_id: str, wait: float | None = None) -> Job:
         params = {"wait": min(wait, MAX_WAIT_SECONDS)} if wait else None
-        body, _ = self._call("GET", f"/v1/jobs/{job_id}", params=params,
+        body, _ = self._call("GET", calls.job_path(job_id), params=params,
                              timeout=(wait or 0) + self.timeout)
         return Job.from_wire(body)
 
@@ -104,7 +104,7 @@ class Client:
                                            job_id=job_id, error_type="timeout")
 
     def cancel(self, job_id: str) -> Job:
-        body, _ = self._call("DELETE", f"/v1/jobs/{job_id}")
+        body, _ = self._call("DELETE", calls.job_path(job_id))
         return Job.from_wire(body)
 
     def batch(self, questions: Mapping[str, Mapping[str, Any]], items: Iterable[Any],
@@ -118,18 +118,19 @@ class Client:
         return batch
 
     def get_batch(self, batch_id: str) -> Batch:
-        body, _ = self._call("GET", f"/v1/batches/{batch_id}")
+        body, _ = self._call("GET", calls.batch_path(batch_id))
         return Batch.from_wire(body)
 
     def cancel_batch(self, batch_id: str) -> Batch:
-        body, _ = self._call("POST", f"/v1/batches/{batch_id}/cancel")
+        body, _ = self._call("POST", f"{calls.batch_path(batch_id)}/cancel")
         return Batch.from_wire(body)
 
     def results(self, batch_id: str) -> Iterator[BatchResult]:
         """The finished items, in submission order, streamed."""
         questions = self._questions.get(batch_id)
+        path = f"{calls.batch_path(batch_id)}/results"
         try:
-            with self._http.stream("GET", f"/v1/batches/{batch_id}/results") as response:
+            with self._http.stream("GET", path) as response:
                 if response.status_code >= 400:
                     response.read()
                     calls.checked(response.status_code, response.json(), response.headers)
@@ -143,9 +144,9 @@ class Client:
     def results_csv(self, batch_id: str) -> Iterator[str]:
         """The finished items as CSV text, header first, streamed in chunks as they come
         (``GET /v1/batches/{id}/results?format=csv``; write them to a file as they are)."""
+        path = f"{calls.batch_path(batch_id)}/results"
         try:
-            with self._http.stream("GET", f"/v1/batches/{batch_id}/results",
-                                   params={"format": "csv"}) as response:
+            with self._http.stream("GET", path, params={"format": "csv"}) as response:
                 if response.status_code >= 400:
                     response.read()
                     calls.checked(response.status_code, response.json(), response.headers)
@@ -179,7 +180,7 @@ class Client:
         deadline = time.monotonic() + (wait or 0)
         while True:
             params = calls.taught_poll(wait, deadline, time.monotonic())
-            body, _ = self._call("GET", f"/v1/questions/{taught_id}", params=params,
+            body, _ = self._call("GET", calls.taught_path(taught_id), params=params,
                                  timeout=(params or {}).get("wait", 0) + self.timeout)
             taught = TaughtQuestion.from_wire(body)
             if taught.settled or params is None:
@@ -199,12 +200,12 @@ class Client:
 
     def forget(self, taught_id: str) -> None:
         """Delete a taught question: its questions are answered zero-shot again."""
-        self._call("DELETE", f"/v1/questions/{taught_id}")
+        self._call("DELETE", calls.taught_path(taught_id))
 
     def label(self, job_id: str, answers: Mapping[str, Any]) -> dict[str, Any]:
         """Record the right answers of a past decision (question key → answer), for
         ``teach(..., from_labels=True)``."""
-        body, _ = self._call("POST", f"/v1/jobs/{job_id}/labels",
+        body, _ = self._call("POST", f"{calls.job_path(job_id)}/labels",
                              json_body={"answers": dict(answers)})
         return body
 

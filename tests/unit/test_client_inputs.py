@@ -1,0 +1,78 @@
+"""The client refuses, before sending anything, an id that is not one URL path segment, a batch
+item that is neither a mapping nor a (custom_id, state) pair, and metadata that is no mapping."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from decide.client import AsyncClient, Client
+from decide.client.calls import batch_body, job_body
+
+QUESTIONS = {"q": {"type": "noul", "instructions": "Refund asked?"}}
+JOB_ID_RULE = "job id: must be a job's id (job_…: letters, digits, _ and -)"
+
+
+def refusing(sent: list[httpx.Request]) -> httpx.MockTransport:
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(500, json={})
+
+    return httpx.MockTransport(answer)
+
+
+@pytest.mark.parametrize("job_id", ["../../v1/status", "", "..", "job_1/labels", "job 1", None])
+def test_the_sync_client_refuses_an_id_that_is_not_one_segment(job_id):
+    sent: list[httpx.Request] = []
+    with Client("http://decide.test", transport=refusing(sent)) as client:
+        for call in (lambda: client.job(job_id), lambda: client.cancel(job_id),
+                     lambda: client.label(job_id, {"q": "yes"})):
+            with pytest.raises(ValueError, match=r"^job id: must be a job's id"):
+                call()
+        with pytest.raises(ValueError, match=r"^batch id: must be a batch's id \(batch_…"):
+            client.get_batch(job_id)
+        with pytest.raises(ValueError, match=r"^batch id: "):
+            list(client.results(job_id))
+        with pytest.raises(ValueError, match=r"^taught question id: must be a taught "
+                                             r"question's id \(tq_…"):
+            client.forget(job_id)
+    assert sent == []
+
+
+def test_the_async_client_refuses_an_id_that_is_not_one_segment():
+    sent: list[httpx.Request] = []
+
+    async def calls() -> None:
+        transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(
+            500, json={}))
+        async with AsyncClient("http://decide.test", transport=transport) as client:
+            with pytest.raises(ValueError) as refused:
+                await client.job("../../v1/status")
+            assert str(refused.value) == JOB_ID_RULE
+            with pytest.raises(ValueError, match=r"^batch id: "):
+                await client.get_batch("../jobs")
+            with pytest.raises(ValueError, match=r"^taught question id: "):
+                await client.taught("")
+
+    asyncio.run(calls())
+    assert sent == []
+
+
+def test_a_batch_item_is_a_mapping_or_a_pair():
+    body = batch_body(QUESTIONS, [{"custom_id": "a", "state": "x"}, ("b", "y"), ["c", "z"]],
+                      None, "background", None)
+    assert body["items"] == [{"custom_id": "a", "state": "x"}, {"custom_id": "b", "state": "y"},
+                             {"custom_id": "c", "state": "z"}]
+    for item in ("hello", 42, None, [1], ("a", "b", "c")):
+        with pytest.raises(TypeError, match=r'^items\[1\]: each item must be a '):
+            batch_body(QUESTIONS, [("a", "x"), item], None, "background", None)
+
+
+@pytest.mark.parametrize("metadata", [[1], "s", 1.5])
+def test_metadata_is_a_mapping(metadata):
+    with pytest.raises(TypeError, match=r"^metadata: must be a JSON object"):
+        job_body("x", QUESTIONS, None, "background", metadata)
+    with pytest.raises(TypeError, match=r"^metadata: must be a JSON object"):
+        batch_body(QUESTIONS, [("a", "x")], None, "background", metadata)
