@@ -76,7 +76,7 @@ class AsyncClient:
                      model: str | None = None, priority: str = "background",
                      metadata: Mapping[str, Any] | None = None,
                      idempotency_key: str | None = None) -> Job:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        headers = calls.submit_headers(idempotency_key)
         body, _ = await self._call("POST", "/v1/jobs", headers=headers,
                                    json_body=calls.job_body(state, questions, model, priority,
                                                             metadata))

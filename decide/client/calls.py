@@ -6,6 +6,7 @@ import email.utils
 import os
 import re
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -29,6 +30,13 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     key is empty (``api_key=""`` sends no key whatever the environment holds)."""
     key = os.environ.get(API_KEY_VARIABLE) if api_key is None else api_key
     return {"Authorization": f"Bearer {key.strip()}"} if key and key.strip() else {}
+
+
+def submit_headers(idempotency_key: str | None) -> dict[str, str]:
+    """A submission's ``Idempotency-Key``: the caller's, or one made for this call. Its
+    retries send the same, so a 503 that came after the job was stored (the database's reply
+    lost) finds that job again instead of storing, decoding and billing a second one."""
+    return {"Idempotency-Key": idempotency_key or f"decide-client-{uuid.uuid4().hex}"}
 
 
 def decide_body(state: Any, questions: Mapping[str, Any], model: str | None,

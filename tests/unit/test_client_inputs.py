@@ -76,3 +76,44 @@ def test_metadata_is_a_mapping(metadata):
         job_body("x", QUESTIONS, None, "background", metadata)
     with pytest.raises(TypeError, match=r"^metadata: must be a JSON object"):
         batch_body(QUESTIONS, [("a", "x")], None, "background", metadata)
+
+
+JOB = {"id": "job_1", "object": "job", "status": "queued", "priority": "background",
+       "model": "m", "created_at": 1, "started_at": None, "finished_at": None,
+       "metadata": None, "result": None, "error": None}
+
+
+def stored_then_refused_once(sent: list[httpx.Request]) -> httpx.MockTransport:
+    """The first try's job is stored, then its answer is a 503 (the database's reply lost)."""
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        if len(sent) == 1:
+            return httpx.Response(503, headers={"Retry-After": "0"}, json={"detail": {
+                "error_type": "unavailable_error", "message": "the job store is unreachable"}})
+        return httpx.Response(202, json=JOB)
+
+    return httpx.MockTransport(answer)
+
+
+@pytest.mark.parametrize("given", [None, "my-key"])
+def test_a_submission_retried_after_a_503_sends_the_same_idempotency_key(given):
+    """The retry finds the job the first try stored instead of making a second one."""
+    sent: list[httpx.Request] = []
+    with Client("http://decide.test", transport=stored_then_refused_once(sent)) as client:
+        assert client.submit("s", QUESTIONS, idempotency_key=given).id == "job_1"
+    keys = [request.headers.get("idempotency-key") for request in sent]
+    assert len(keys) == 2 and keys[0] == keys[1] and keys[0]
+    assert keys[0] == given if given else keys[0].startswith("decide-client-")
+
+
+def test_the_async_client_keeps_one_key_across_retries_too():
+    sent: list[httpx.Request] = []
+
+    async def submit() -> None:
+        async with AsyncClient("http://decide.test",
+                               transport=stored_then_refused_once(sent)) as client:
+            await client.submit("s", QUESTIONS)
+
+    asyncio.run(submit())
+    keys = {request.headers.get("idempotency-key") for request in sent}
+    assert len(sent) == 2 and len(keys) == 1 and None not in keys
