@@ -13,7 +13,7 @@ from typing import Any
 from decide import metrics
 from decide.api.context import ApiContext
 from decide.api.errors import invalid
-from decide.api.submit import check_lane, checked_metadata, checked_priority
+from decide.api.submit import check_lane, checked_metadata, checked_priority, request_hash
 from decide.api.taught import resolve_taught
 from decide.api.webhook_fields import webhook_url, with_signing_secret
 from decide.core.engine import DecisionEngine, row_count
@@ -36,12 +36,41 @@ class AcceptedBatch:
     job_ids: list[str]
     webhook_secret: str | None = None
     """The key's signing secret when this batch's ``x_webhook`` made it (shown once)."""
+    created: bool = True
+    """False for an Idempotency-Key's replay: the batch stored the first time."""
 
 
-def accept_batch(ctx: ApiContext, *, owner: str, body: Any) -> AcceptedBatch:
+def accept_batch(ctx: ApiContext, *, owner: str, body: Any,
+                 idempotency_key: str | None = None) -> AcceptedBatch:
+    """Check and store a batch. Under an ``idempotency_key`` already used, the batch stored
+    with it (the same body, else a 422 ``idempotency_conflict``), nothing stored again."""
     if not isinstance(body, dict):
         raise invalid("body", [], f"the body must be a JSON object, not {json_kind(body)}",
                       "dict_type")
+    fingerprint = None
+    if idempotency_key is not None:
+        fingerprint = request_hash(body, "batch", None)  # the whole body, in a batch's lane
+        earlier = batches.find_by_idempotency_key(ctx.db, owner=owner, key=idempotency_key)
+        if earlier is not None:
+            return _replayed(earlier, fingerprint)
+    try:
+        return _accept_new(ctx, owner, body, idempotency_key, fingerprint)
+    except batches.BatchKeyTaken:  # an identical retry stored it meanwhile
+        earlier = batches.find_by_idempotency_key(ctx.db, owner=owner, key=idempotency_key or "")
+        assert earlier is not None
+        return _replayed(earlier, fingerprint)
+
+
+def _replayed(earlier: batches.BatchRecord, fingerprint: str | None) -> AcceptedBatch:
+    if earlier.request_hash != fingerprint:
+        raise invalid("header", ["Idempotency-Key"],
+                      f"this Idempotency-Key was used for batch {earlier.id} with another "
+                      "body; use a new key for a new request", "idempotency_conflict")
+    return AcceptedBatch(batch=earlier, job_ids=[], created=False)
+
+
+def _accept_new(ctx: ApiContext, owner: str, body: dict[str, Any],
+                idempotency_key: str | None, fingerprint: str | None) -> AcceptedBatch:
     priority = checked_priority(body.get("priority", "background"), "priority")
     if priority != "background":
         raise invalid("body", ["priority"], "a batch runs in the background lane: priority "
@@ -63,7 +92,8 @@ def accept_batch(ctx: ApiContext, *, owner: str, body: Any) -> AcceptedBatch:
     (batch, job_ids), secret = with_signing_secret(ctx, owner, url, lambda: batches.create_batch(
         ctx.db, owner=owner, model=config.name, priority=priority, questions=questions,
         metadata=metadata, items=items, rows_per_item=rows,
-        admit=ctx.quotas.admission(owner, priority, rows * len(items)), webhook_url=url))
+        admit=ctx.quotas.admission(owner, priority, rows * len(items)), webhook_url=url,
+        idempotency_key=idempotency_key, request_hash=fingerprint))
     metrics.jobs_submitted.labels(config.name, priority).inc(len(job_ids))
     ctx.backlog.add(config.name, priority, rows * len(items))
     ctx.queue.batch_stored(job_ids, config.name, priority, owner)

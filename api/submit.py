@@ -66,6 +66,13 @@ def request_hash(body: dict[str, Any], priority: str, metadata: Any,
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def checked_idempotency_key(key: str | None) -> None:
+    """An ``Idempotency-Key`` header (``POST /v1/jobs``, ``POST /v1/batches``): 1 to 255
+    characters, as its column holds."""
+    if key is not None and not 0 < len(key) <= 255:
+        raise invalid("header", ["Idempotency-Key"], "must be 1 to 255 characters")
+
+
 SHARE_SYNC_SECONDS = 300.0
 """How far back an identical sync call's job may be joined: a client's retries after its own
 timeout (TypeSafe's SDK: 10 s, two retries) land well within it."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy.exc import IntegrityError
 
 from decide.store import counts
 from decide.store.clock import read_database_now
@@ -35,6 +36,15 @@ class BatchRecord:
     """Where its ``batch.completed`` event goes besides the key's endpoints (``x_webhook``)."""
     completion_noted: bool = False
     """Whether its completion has been noted, and its events written (``store.outbox``)."""
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+    """The digest of the body it was submitted with under ``idempotency_key`` (a replay must
+    match it)."""
+
+
+class BatchKeyTaken(Exception):
+    """Another request stored a batch under this Idempotency-Key first (the caller finds it
+    with ``find_by_idempotency_key``)."""
 
 
 @dataclass(frozen=True)
@@ -65,46 +75,66 @@ def _record(row: Any) -> BatchRecord:
 def create_batch(db: Engine, *, owner: str, model: str, priority: str,
                  questions: dict[str, Any], metadata: dict[str, Any] | None,
                  items: list[tuple[str, Any]], rows_per_item: int,
-                 admit: Admit | None = None,
-                 webhook_url: str | None = None) -> tuple[BatchRecord, list[str]]:
+                 admit: Admit | None = None, webhook_url: str | None = None,
+                 idempotency_key: str | None = None,
+                 request_hash: str | None = None) -> tuple[BatchRecord, list[str]]:
     """Store the batch and one queued job per ``(custom_id, state)`` item, in one transaction.
 
     A batch item's job keeps only its state; the questions are stored once on the batch.
     ``admit`` runs in that transaction, before the inserts (the key's quotas, ``store.quota``):
-    what it raises refuses the batch.
+    what it raises refuses the batch. ``BatchKeyTaken`` when another batch of the owner was
+    stored under ``idempotency_key`` first.
     """
     now = read_database_now(db)
-    batch_id = new_id("batch")
-    job_ids = [new_id("job") for _ in items]
-    stored_questions = json.dumps(questions, ensure_ascii=False)
+    batch = {"id": new_id("batch"), "owner": owner, "model": model, "priority": priority,
+             "questions": json.dumps(questions, ensure_ascii=False),
+             "metadata": None if metadata is None else json.dumps(metadata, ensure_ascii=False),
+             "total": len(items), "cancel_requested": False, "created_at": now,
+             "webhook_url": webhook_url, "idempotency_key": idempotency_key,
+             "request_hash": request_hash}
     stored_items = [json.dumps({"state": state}, ensure_ascii=False) for _, state in items]
-    sizes = batch_item_bytes(stored_questions, stored_items)
+    sizes = batch_item_bytes(batch["questions"], stored_items)
+    item_jobs = [{"id": new_id("job"), "owner": owner, "model": model, "priority": priority,
+                  "status": QUEUED, "request": stored, "request_bytes": size, "metadata": None,
+                  "rows": rows_per_item, "input_tokens": 0, "cancel_requested": False,
+                  "decode_runs": 0, "created_at": now, "batch_id": batch["id"],
+                  "item_index": index, "custom_id": custom_id}
+                 for index, ((custom_id, _), stored, size)
+                 in enumerate(zip(items, stored_items, sizes, strict=True))]
+    try:
+        return _store(db, batch, item_jobs, admit, Charge(rows_per_item * len(items),
+                                                          sum(sizes)), rows_per_item)
+    except IntegrityError:
+        if idempotency_key is None or find_by_idempotency_key(
+                db, owner=owner, key=idempotency_key) is None:
+            raise
+        raise BatchKeyTaken(idempotency_key) from None
+
+
+def _store(db: Engine, batch: dict[str, Any], item_jobs: list[dict[str, Any]],
+           admit: Admit | None, charge: Charge,
+           rows_per_item: int) -> tuple[BatchRecord, list[str]]:
     with db.begin() as connection:
         if admit is not None:
-            admit(connection, Charge(rows_per_item * len(items), sum(sizes)))
-        connection.execute(batches.insert().values(
-            id=batch_id, owner=owner, model=model, priority=priority,
-            questions=stored_questions,
-            metadata=None if metadata is None else json.dumps(metadata, ensure_ascii=False),
-            total=len(items), cancel_requested=False, created_at=now,
-            webhook_url=webhook_url))
-        for start in range(0, len(items), INSERT_CHUNK):
-            connection.execute(jobs.insert(), [
-                {"id": job_ids[index], "owner": owner, "model": model, "priority": priority,
-                 "status": QUEUED,
-                 "request": stored_items[index], "request_bytes": sizes[index],
-                 "metadata": None, "rows": rows_per_item, "input_tokens": 0,
-                 "cancel_requested": False, "decode_runs": 0, "created_at": now,
-                 "batch_id": batch_id, "item_index": index, "custom_id": custom_id}
-                for index, (custom_id, state) in enumerate(items[start:start + INSERT_CHUNK],
-                                                           start=start)])
-        counts.count_new_batch(connection, batch_id=batch_id, model=model, priority=priority,
-                               items=len(items), rows_per_item=rows_per_item)
+            admit(connection, charge)
+        connection.execute(batches.insert().values(**batch))
+        for start in range(0, len(item_jobs), INSERT_CHUNK):
+            connection.execute(jobs.insert(), item_jobs[start:start + INSERT_CHUNK])
+        counts.count_new_batch(connection, batch_id=batch["id"], model=batch["model"],
+                               priority=batch["priority"], items=len(item_jobs),
+                               rows_per_item=rows_per_item)
         # read in the transaction that stored it: a read after the commit that the database
         # refused (a dropped connection) answered 503, and a client's retry made a second batch
-        batch = _read_batch(connection, batch_id, owner)
-    assert batch is not None
-    return batch, job_ids
+        stored = _read_batch(connection, batch["id"], batch["owner"])
+    assert stored is not None
+    return stored, [job["id"] for job in item_jobs]
+
+
+def find_by_idempotency_key(db: Engine, *, owner: str, key: str) -> BatchRecord | None:
+    with db.connect() as connection:
+        row = connection.execute(select(*SUMMARY_COLUMNS).where(
+            batches.c.owner == owner, batches.c.idempotency_key == key)).first()
+    return None if row is None else _record(row)
 
 
 def get_batch(db: Engine, batch_id: str, owner: str) -> BatchRecord | None:

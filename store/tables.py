@@ -89,7 +89,10 @@ batches = Table(
     Column("webhook_url", Text, nullable=True),
     Column("completion_noted", Boolean, nullable=False, default=False,
            server_default=false()),
+    Column("idempotency_key", String(255), nullable=True),
+    Column("request_hash", String(64), nullable=True),
     Index("ix_batches_owner_id", "owner", "id"),
+    Index("uq_batches_owner_idempotency_key", "owner", "idempotency_key", unique=True),
     Index("ix_batches_unnoted", "id", postgresql_where=text(UNNOTED),
           sqlite_where=text(UNNOTED)),
 )

@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -19,6 +19,7 @@ from decide.api.body import read_json
 from decide.api.errors import not_found
 from decide.api.routes.deps import Context, Owner, PageSize
 from decide.api.schemas import BatchList, BatchRequest, BatchSchema, request_body, responses
+from decide.api.submit import checked_idempotency_key
 from decide.api.views import batch_view
 from decide.api.webhook_fields import shown
 from decide.core import result_table
@@ -40,13 +41,18 @@ def _view(ctx: Context, batch: batches.BatchRecord) -> dict[str, Any]:
 
 
 @router.post("/v1/batches", status_code=202, openapi_extra=request_body(BatchRequest),
-             responses=responses({202: BatchSchema}))
-async def create_batch(request: Request, ctx: Context, owner: Owner) -> JSONResponse:
+             responses=responses({200: BatchSchema, 202: BatchSchema}))
+async def create_batch(request: Request, ctx: Context, owner: Owner,
+                       idempotency_key: Annotated[str | None, Header()] = None) -> JSONResponse:
+    """202 with the batch stored; 200 with the batch an ``Idempotency-Key`` stored before
+    (the same body: a client's retry after an answer it never got)."""
     body = await read_json(request)
-    accepted = await run_in_threadpool(accept_batch, ctx, owner=owner, body=body)
+    checked_idempotency_key(idempotency_key)
+    accepted = await run_in_threadpool(accept_batch, ctx, owner=owner, body=body,
+                                       idempotency_key=idempotency_key)
     view = await run_in_threadpool(_view, ctx, accepted.batch)
     view.update(shown(accepted.batch.webhook_url, accepted.webhook_secret))
-    return JSONResponse(view, status_code=202,
+    return JSONResponse(view, status_code=202 if accepted.created else 200,
                         headers={"Location": f"/v1/batches/{accepted.batch.id}"})
 
 

@@ -13,7 +13,13 @@ from decide.api.body import read_json
 from decide.api.errors import invalid, not_found
 from decide.api.routes.deps import Context, Owner, PageSize
 from decide.api.schemas import JobList, JobRequest, JobSchema, request_body, responses
-from decide.api.submit import accept, checked_metadata, checked_priority, owned_job
+from decide.api.submit import (
+    accept,
+    checked_idempotency_key,
+    checked_metadata,
+    checked_priority,
+    owned_job,
+)
 from decide.api.views import job_view
 from decide.api.waiting import wait_finished
 from decide.api.webhook_fields import job_url, shown, webhook_url, with_signing_secret
@@ -34,8 +40,7 @@ async def submit_job(request: Request, ctx: Context, owner: Owner,
     priority = checked_priority(body.get("priority", "background"), "priority")
     metadata = checked_metadata(body.get("metadata"))
     decision = {key: value for key, value in body.items() if key not in JOB_FIELDS}
-    if idempotency_key is not None and not 0 < len(idempotency_key) <= 255:
-        raise invalid("header", ["Idempotency-Key"], "must be 1 to 255 characters")
+    checked_idempotency_key(idempotency_key)
     url = await run_in_threadpool(webhook_url, ctx, body.get("x_webhook"))
     accepted, secret = await run_in_threadpool(
         with_signing_secret, ctx, owner, url,

@@ -107,8 +107,10 @@ class AsyncClient:
 
     async def batch(self, questions: Mapping[str, Mapping[str, Any]], items: Iterable[Any],
                     model: str | None = None, priority: str = "background",
-                    metadata: Mapping[str, Any] | None = None) -> Batch:
+                    metadata: Mapping[str, Any] | None = None,
+                    idempotency_key: str | None = None) -> Batch:
         body, _ = await self._call("POST", "/v1/batches",
+                                   headers=calls.submit_headers(idempotency_key),
                                    json_body=calls.batch_body(questions, items, model,
                                                               priority, metadata))
         batch = Batch.from_wire(body)

@@ -33,9 +33,9 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 
 
 def submit_headers(idempotency_key: str | None) -> dict[str, str]:
-    """A submission's ``Idempotency-Key``: the caller's, or one made for this call. Its
-    retries send the same, so a 503 that came after the job was stored (the database's reply
-    lost) finds that job again instead of storing, decoding and billing a second one."""
+    """A submission's (a job's, a batch's) ``Idempotency-Key``: the caller's, or one made for
+    this call. Its retries send the same, so a 503 that came after it was stored (the
+    database's reply lost) finds it again instead of storing, decoding and billing another."""
     return {"Idempotency-Key": idempotency_key or f"decide-client-{uuid.uuid4().hex}"}
 
 

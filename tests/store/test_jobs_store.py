@@ -262,3 +262,23 @@ def test_a_stored_batch_is_answered_from_the_transaction_that_stored_it(db, monk
                                           questions={"r": {"type": "noul"}}, metadata=None,
                                           items=[("a", "s1")], rows_per_item=1)
     assert (batch.total, batch.owner, len(job_ids)) == (1, "alice", 1)
+
+
+def test_a_batch_key_is_taken_once_per_owner(db):
+    """Two requests under one Idempotency-Key racing past their lookups: the second insert
+    says the key is taken (its caller answers with the first batch), never a 500; another
+    owner's key is their own."""
+    from decide.store import batches
+
+    def stored(owner: str) -> batches.BatchRecord:
+        batch, _ = batches.create_batch(db, owner=owner, model="m", priority="background",
+                                        questions={"r": {"type": "noul"}}, metadata=None,
+                                        items=[("a", "s1")], rows_per_item=1,
+                                        idempotency_key="k", request_hash="h")
+        return batch
+
+    first = stored("alice")
+    with pytest.raises(batches.BatchKeyTaken):
+        stored("alice")
+    assert batches.find_by_idempotency_key(db, owner="alice", key="k") == first
+    assert stored("bob").id != first.id

@@ -83,24 +83,35 @@ JOB = {"id": "job_1", "object": "job", "status": "queued", "priority": "backgrou
        "metadata": None, "result": None, "error": None}
 
 
-def stored_then_refused_once(sent: list[httpx.Request]) -> httpx.MockTransport:
+def stored_then_refused_once(sent: list[httpx.Request], stored: dict | None = None
+                             ) -> httpx.MockTransport:
     """The first try's job is stored, then its answer is a 503 (the database's reply lost)."""
     def answer(request: httpx.Request) -> httpx.Response:
         sent.append(request)
         if len(sent) == 1:
             return httpx.Response(503, headers={"Retry-After": "0"}, json={"detail": {
                 "error_type": "unavailable_error", "message": "the job store is unreachable"}})
-        return httpx.Response(202, json=JOB)
+        return httpx.Response(202, json=stored or JOB)
 
     return httpx.MockTransport(answer)
 
 
+BATCH = {"id": "batch_1", "object": "batch", "status": "in_progress", "model": "m",
+         "created_at": 1, "metadata": None,
+         "request_counts": {"total": 1, "completed": 0, "failed": 0}}
+
+
 @pytest.mark.parametrize("given", [None, "my-key"])
-def test_a_submission_retried_after_a_503_sends_the_same_idempotency_key(given):
-    """The retry finds the job the first try stored instead of making a second one."""
+@pytest.mark.parametrize("what", ["job", "batch"])
+def test_a_submission_retried_after_a_503_sends_the_same_idempotency_key(given, what):
+    """The retry finds the job (or batch) the first try stored instead of making another."""
     sent: list[httpx.Request] = []
-    with Client("http://decide.test", transport=stored_then_refused_once(sent)) as client:
-        assert client.submit("s", QUESTIONS, idempotency_key=given).id == "job_1"
+    transport = stored_then_refused_once(sent, BATCH if what == "batch" else JOB)
+    with Client("http://decide.test", transport=transport) as client:
+        if what == "job":
+            assert client.submit("s", QUESTIONS, idempotency_key=given).id == "job_1"
+        else:
+            assert client.batch(QUESTIONS, [("a", "s")], idempotency_key=given).id == "batch_1"
     keys = [request.headers.get("idempotency-key") for request in sent]
     assert len(keys) == 2 and keys[0] == keys[1] and keys[0]
     assert keys[0] == given if given else keys[0].startswith("decide-client-")
