@@ -63,10 +63,13 @@ def whole_number(option: str, low: int = 1, high: int | None = None) -> Callable
 PORT_NUMBER = whole_number("--port", 1, 65535)
 
 
-def json_object(option: str) -> Callable[[str], dict[str, Any]]:
-    """An argparse type: a JSON object (``NaN`` and ``Infinity`` are not JSON)."""
+def json_object(option: str) -> Callable[[str], dict[str, Any] | None]:
+    """An argparse type: a JSON object (``NaN`` and ``Infinity`` are not JSON); ``""`` or
+    ``null`` for none (a script's ``--metadata "$META"`` with nothing in it)."""
 
-    def parsed(text: str) -> dict[str, Any]:
+    def parsed(text: str) -> dict[str, Any] | None:
+        if not text.strip() or text.strip() == "null":
+            return None
         try:
             value = json.loads(text, parse_constant=_no_constant)
         except ValueError as error:

@@ -118,9 +118,10 @@ def models_command(_: argparse.Namespace | None = None) -> int:
     return 0
 
 
-KEY_LINE = re.compile(r"[A-Za-z0-9._~+/=-]+")
-"""What a key's line may hold: a bearer token (``dk_`` and URL-safe base64, as ``decide keys``
-makes them, or any other token of these characters)."""
+KEY_LINE = re.compile(r"[\x21-\x7e]+")
+"""What a key's line may hold: one token of printable ASCII without spaces (``dk_`` and
+URL-safe base64, as ``decide keys`` makes them, or any other key an operator chose; a line
+of a file that is no keys file, such as ``name = "decide"``, has spaces)."""
 
 
 def check_keys_file(path: Path) -> None:
@@ -136,8 +137,8 @@ def check_keys_file(path: Path) -> None:
         text = line.split("#", 1)[0].strip()
         if text and not KEY_LINE.fullmatch(text):
             raise UsageError(f"FILE: {path}, line {number}, is not an API key: a keys file "
-                             f"holds one key a line (dk_…: letters, digits and -._~+/=), and "
-                             f"# starts a comment")
+                             f"holds one key a line (dk_…: printable characters, no spaces), "
+                             f"and # starts a comment")
 
 
 def keys_command(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -93,10 +93,12 @@ def job_body(state: Any, questions: Mapping[str, Any], model: str | None, priori
 
 def batch_item(item: Any, index: int) -> dict[str, Any]:
     """An item as the wire takes it: a ``{"custom_id", "state"}`` mapping, or a
-    ``(custom_id, state)`` tuple or list of two (a string is neither, though it indexes)."""
+    ``(custom_id, state)`` sequence of two: a tuple, a list, a database row (a string is
+    neither, though it indexes)."""
     if isinstance(item, Mapping):
         return dict(item)
-    if isinstance(item, (tuple, list)) and len(item) == 2:
+    if (isinstance(item, Sequence) and not isinstance(item, (str, bytes, bytearray))
+            and len(item) == 2):
         return {"custom_id": item[0], "state": item[1]}
     raise TypeError(f'items[{index}]: each item must be a {{"custom_id", "state"}} mapping or '
                     f"a (custom_id, state) pair, not {type(item).__name__}")

@@ -69,6 +69,14 @@ def test_a_batch_id_is_one_path_segment(capsys, no_requests):
     assert no_requests == []
 
 
+@pytest.mark.parametrize("nothing", ["", "null", " "])
+def test_empty_metadata_is_none(no_requests, nothing):
+    """A script's ``--metadata "$META"`` with nothing in it submits without metadata."""
+    assert cli_main.main(["submit", "x", "--noul", "ok?", "--metadata", nothing,
+                          "--url", NOWHERE]) == 0
+    assert "metadata" not in json.loads(no_requests[0].content)
+
+
 @pytest.mark.parametrize(("metadata", "words"), [
     ("[1]", "must be a JSON object, not an array"),
     ('"s"', "must be a JSON object, not a string"),
@@ -230,7 +238,7 @@ def test_keys_ensure_refuses_a_file_that_holds_no_keys(tmp_path, capsys):
     toml = tmp_path / "pyproject.toml"
     toml.write_text('[project]\nname = "decide"\n')
     assert said(capsys, ["keys", "ensure", str(toml)]).startswith(
-        f"FILE: {toml}, line 1, is not an API key")
+        f"FILE: {toml}, line 2, is not an API key")  # [project] could be a key; name = … not
     assert toml.read_text() == '[project]\nname = "decide"\n'
     assert said(capsys, ["keys", "ensure", "/dev/null"]) == (
         "FILE: /dev/null is not a regular file; give the keys file's path")

@@ -61,10 +61,15 @@ def test_the_async_client_refuses_an_id_that_is_not_one_segment():
 
 
 def test_a_batch_item_is_a_mapping_or_a_pair():
-    body = batch_body(QUESTIONS, [{"custom_id": "a", "state": "x"}, ("b", "y"), ["c", "z"]],
-                      None, "background", None)
+    import sqlite3
+
+    with sqlite3.connect(":memory:") as database:  # a database row, as fetchall() gives it
+        database.row_factory = sqlite3.Row
+        row = database.execute("SELECT 'd' AS id, 'w' AS text").fetchone()
+    body = batch_body(QUESTIONS, [{"custom_id": "a", "state": "x"}, ("b", "y"), ["c", "z"],
+                                  row], None, "background", None)
     assert body["items"] == [{"custom_id": "a", "state": "x"}, {"custom_id": "b", "state": "y"},
-                             {"custom_id": "c", "state": "z"}]
+                             {"custom_id": "c", "state": "z"}, {"custom_id": "d", "state": "w"}]
     for item in ("hello", 42, None, [1], ("a", "b", "c")):
         with pytest.raises(TypeError, match=r'^items\[1\]: each item must be a '):
             batch_body(QUESTIONS, [("a", "x"), item], None, "background", None)
