@@ -11,6 +11,7 @@ processes on one host), prometheus_client's multiprocess mode merges the process
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 
@@ -29,6 +30,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from decide.core.protocol import PRIORITIES
+
+log = logging.getLogger("decide.metrics")
 
 # Buckets from a few milliseconds to ten minutes: sync calls and multi-minute backlogs alike.
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
@@ -61,7 +64,7 @@ EXPORTED = ("decide_http_requests_total", "decide_http_request_duration_seconds"
             "decide_input_tokens_total", "decide_taught_answers_total", "decide_model_loaded",
             "decide_webhook_deliveries_total",
             "decide_queue_depth",
-            "decide_oldest_queued_job_age_seconds", "decide_workers")
+            "decide_oldest_queued_job_age_seconds", "decide_workers", "decide_store_up")
 """Every family name, for the dashboard and alert tests."""
 
 
@@ -82,6 +85,22 @@ class LaneCollector(Collector):
         self._live_workers = live_workers
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        """The lane gauges and ``decide_store_up`` 1; only ``decide_store_up`` 0 when the
+        database cannot be read: the rest of the scrape (the request and job counters) still
+        comes, and an alert sees the database, instead of a failed scrape hiding everything."""
+        store_up = GaugeMetricFamily("decide_store_up",
+                                     "Whether the last scrape could read the job store")
+        try:
+            figures = list(self._lane_figures())
+        except Exception as error:  # any failure of the store: the scrape itself goes on
+            log.warning("metrics: the job store could not be read (%s)", type(error).__name__)
+            store_up.add_metric([], 0)
+            yield store_up
+            return
+        store_up.add_metric([], 1)
+        yield from (*figures, store_up)
+
+    def _lane_figures(self) -> Iterator[GaugeMetricFamily]:
         lanes = self._queued_lanes()
         depth = GaugeMetricFamily("decide_queue_depth", "Jobs queued per lane",
                                   labels=["model", "priority"])

@@ -37,7 +37,7 @@ def run(*command: str) -> subprocess.CompletedProcess:
 def test_promtool_checks_the_rules_and_the_config():
     rules = run("promtool", "check", "rules", str(OPS / "alerts.yml"))
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "SUCCESS: 6 rules found" in rules.stdout
+    assert "SUCCESS: 9 rules found" in rules.stdout
     config = run("promtool", "check", "config", str(OPS / "prometheus.yml"))
     assert config.returncode == 0, config.stdout + config.stderr
 
@@ -89,3 +89,36 @@ def test_the_api_container_is_given_its_shutdown_grace():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     grace = compose["services"]["api"]["stop_grace_period"]
     assert grace.endswith("s") and float(grace[:-1]) > shutdown_grace(Settings())
+
+
+LANE_STALLED_TEST = """
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'decide_queue_depth{{model="m", priority="background"}}'
+        values: '5x40'
+      - series: 'decide_jobs_finished_total{{model="m", priority="background", status="cancelled"}}'
+        values: '0+1x40'
+      - series: 'decide_jobs_finished_total{{model="m", priority="background", status="succeeded"}}'
+        values: '0x40'
+    alert_rule_test:
+      - eval_time: 30m
+        alertname: DecideLaneStalled
+        exp_alerts:
+          - exp_labels: {{model: m, priority: background, severity: page}}
+            exp_annotations:
+              summary: "m background lane has a backlog and no completions"
+              description: "Jobs are queued for m but no job of that model was decoded
+                to its end in 10 minutes (cancels do not count)."
+"""
+
+
+def test_a_stalled_lane_pages_though_cancels_keep_finishing_jobs(tmp_path):
+    """Queued work, nothing decoded, a cancel a minute through the API: the lane is stalled
+    (a cancel counted as a finish hid it)."""
+    cases = tmp_path / "lane_stalled_test.yml"
+    cases.write_text(LANE_STALLED_TEST.format(rules=json.dumps(str(OPS / "alerts.yml"))))
+    result = run("promtool", "test", "rules", str(cases))
+    assert result.returncode == 0, result.stdout + result.stderr
