@@ -4,6 +4,9 @@ to be sent is kept until it is delivered or given up: its event is composed from
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
+
 from sqlalchemy import ColumnElement, Engine, Exists, select, update
 
 from decide.store import counts
@@ -26,18 +29,21 @@ def _announcing(subject_id: ColumnElement[str]) -> Exists:
                                              webhook_events.c.status == PENDING).exists()
 
 
-def apply_retention(db: Engine, cutoff: float) -> int:
+def apply_retention(db: Engine, cutoff: float,
+                    on_expired: Callable[[str, str, int], None] | None = None) -> int:
     """Retention: jobs still queued since before ``cutoff`` expire; finished jobs older than it
     are deleted. A batch goes whole or not at all: its items only once every one of them
     finished before ``cutoff`` (deleting some would leave it short of its total, and never
     complete). Nothing is deleted while a webhook about it is pending, nor a batch before
     the webhook loop noted its completion (and wrote its events): a retention shorter than
     the webhooks' give-up must not leave a receiver an event about nothing, or none at all.
-    Usage rows stay (the audit). Returns how many jobs were deleted."""
+    Usage rows stay (the audit). Returns how many jobs were deleted; ``on_expired(model,
+    priority, count)`` is told, once committed, of the jobs that expired (they finished)."""
     with db.begin() as connection:
-        connection.execute(update(jobs).where(jobs.c.status == QUEUED,
-                                              jobs.c.created_at < cutoff)
-                           .values(status=EXPIRED, finished_at=database_now(db)))
+        expired = connection.execute(
+            update(jobs).where(jobs.c.status == QUEUED, jobs.c.created_at < cutoff)
+            .values(status=EXPIRED, finished_at=database_now(db))
+            .returning(jobs.c.model, jobs.c.priority)).all()
         purged = connection.execute(jobs.delete().where(
             jobs.c.status.in_(FINISHED), jobs.c.finished_at < cutoff,
             jobs.c.batch_id.is_(None), ~_announcing(jobs.c.id))).rowcount
@@ -53,4 +59,8 @@ def apply_retention(db: Engine, cutoff: float) -> int:
             batches.c.created_at < cutoff,
             ~select(jobs.c.id).where(jobs.c.batch_id == batches.c.id).exists()))
         counts.forget_emptied_batches(connection)
+    if on_expired is not None:
+        for (model, priority), count in Counter((row.model, row.priority)
+                                                for row in expired).items():
+            on_expired(model, priority, count)
     return purged

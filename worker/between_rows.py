@@ -12,8 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from decide import metrics
 from decide.store import retention
 from decide.store.db import Database
+from decide.store.jobs import EXPIRED
 
 T = TypeVar("T")
 PURGE_EVERY_SECONDS = 3600.0
@@ -60,5 +62,7 @@ class Retention:
         if now - self._last < PURGE_EVERY_SECONDS:
             return
         self._last = now
-        retention.apply_retention(self._db, retention.retention_cutoff(self._db,
-                                                                       self._retention_seconds))
+        retention.apply_retention(
+            self._db, retention.retention_cutoff(self._db, self._retention_seconds),
+            on_expired=lambda model, priority, count: metrics.jobs_finished.labels(
+                model, priority, EXPIRED).inc(count))
