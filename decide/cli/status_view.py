@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 HEADER = ("model", "workers", "lane", "queued", "running", "oldest", "jobs/min", "tokens/s")
+OWN_SCOPE = ("(this key's jobs only; an admin key, one of DECIDE_ADMIN_KEYS, sees every "
+             "key's)")
 
 
 def render_status(report: dict[str, Any]) -> str:
@@ -24,4 +26,6 @@ def render_status(report: dict[str, Any]) -> str:
     lines = ["  ".join(cell.ljust(width) if column < 3 else cell.rjust(width)
                        for column, (cell, width) in enumerate(zip(row, widths))).rstrip()
              for row in rows]
+    if report.get("scope") == "own":  # the queued and running columns count this key's alone
+        lines.append(OWN_SCOPE)
     return "\n".join(lines) + "\n"
