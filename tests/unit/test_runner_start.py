@@ -5,9 +5,12 @@ runner that does not die of SIGKILL does not hold its worker."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -21,11 +24,21 @@ SILENT = "import time; time.sleep(120)"
 """A stand-in runner that takes its socket and never answers."""
 
 
-def test_a_start_that_hangs_is_killed_at_its_timeout_and_counted_failed(tmp_path):
-    runner = Runner(Settings(data_dir=tmp_path / "data", runner_start_seconds=2),
-                    argv=[sys.executable, "-c", SILENT], builds=[Variant("installed", None)])
+@contextlib.contextmanager
+def stand_in_runner(tmp_path: Path, script: str, **settings: float) -> Iterator[Runner]:
+    """A runner whose child is ``script`` (a stand-in for the decoding runner), started, and
+    stopped whatever the test found."""
+    runner = Runner(Settings(data_dir=tmp_path / "data", **settings),
+                    argv=[sys.executable, "-c", script], builds=[Variant("installed", None)])
     runner.start()
     try:
+        yield runner
+    finally:
+        runner.stop()
+
+
+def test_a_start_that_hangs_is_killed_at_its_timeout_and_counted_failed(tmp_path):
+    with stand_in_runner(tmp_path, SILENT, runner_start_seconds=2) as runner:
         process = runner._process
         assert runner.wait_ready(0.5) is False and runner.state == STARTING
         started = time.monotonic()
@@ -35,19 +48,12 @@ def test_a_start_that_hangs_is_killed_at_its_timeout_and_counted_failed(tmp_path
         assert "within 2 s (hung) and was killed" in runner.problem
         assert "next try in" in runner.problem  # the back-off restart takes over
         assert process.poll() is not None  # killed, not left loading
-    finally:
-        runner.stop()
 
 
 def test_a_wait_shorter_than_the_start_timeout_leaves_the_start_going(tmp_path):
-    runner = Runner(Settings(data_dir=tmp_path / "data", runner_start_seconds=60),
-                    argv=[sys.executable, "-c", SILENT], builds=[Variant("installed", None)])
-    runner.start()
-    try:
+    with stand_in_runner(tmp_path, SILENT, runner_start_seconds=60) as runner:
         assert runner.wait_ready(0.3) is False
         assert runner.state == STARTING and runner._process.poll() is None
-    finally:
-        runner.stop()
 
 
 class Unkillable:
@@ -84,11 +90,7 @@ time.sleep(60)
 
 
 def test_a_large_request_to_a_runner_that_stopped_reading_takes_the_crash_path(tmp_path):
-    runner = Runner(Settings(data_dir=tmp_path / "data", stall_seconds=1),
-                    argv=[sys.executable, "-c", FROZEN_AFTER_READY],
-                    builds=[Variant("installed", None)])
-    runner.start()
-    try:
+    with stand_in_runner(tmp_path, FROZEN_AFTER_READY, stall_seconds=1) as runner:
         assert runner.wait_ready(30)
         request = parse_request({"state": "x" * 2_000_000,  # far above the socket's buffer
                                  "questions": {"r": {"type": "noul", "instructions": "?"}}})
@@ -96,8 +98,6 @@ def test_a_large_request_to_a_runner_that_stopped_reading_takes_the_crash_path(t
         with pytest.raises(RunnerCrashed):
             runner.decide("m", request)
         assert time.monotonic() - started < 20  # the send's 1 s, not the runner's 60 s
-    finally:
-        runner.stop()
 
 
 HALF_AN_ANSWER = """
@@ -115,11 +115,7 @@ time.sleep(60)
 
 
 def test_a_runner_frozen_in_the_middle_of_an_answer_takes_the_crash_path(tmp_path):
-    runner = Runner(Settings(data_dir=tmp_path / "data", stall_seconds=1),
-                    argv=[sys.executable, "-c", HALF_AN_ANSWER],
-                    builds=[Variant("installed", None)])
-    runner.start()
-    try:
+    with stand_in_runner(tmp_path, HALF_AN_ANSWER, stall_seconds=1) as runner:
         assert runner.wait_ready(30)
         request = parse_request({"state": "s",
                                  "questions": {"r": {"type": "noul", "instructions": "?"}}})
@@ -127,19 +123,11 @@ def test_a_runner_frozen_in_the_middle_of_an_answer_takes_the_crash_path(tmp_pat
         with pytest.raises(RunnerCrashed):
             runner.decide("m", request)
         assert time.monotonic() - started < 20  # the read's 1 s, not the runner's 60 s
-    finally:
-        runner.stop()
 
 
 def test_a_ready_answer_nobody_waited_for_counts_past_the_start_timeout(tmp_path):
     """A runner that answered ready while nobody waited (an idle worker after a crash) is
     ready when next asked, however late: not killed as a start that hung."""
-    runner = Runner(Settings(data_dir=tmp_path / "data", runner_start_seconds=1),
-                    argv=[sys.executable, "-c", FROZEN_AFTER_READY],
-                    builds=[Variant("installed", None)])
-    runner.start()
-    try:
+    with stand_in_runner(tmp_path, FROZEN_AFTER_READY, runner_start_seconds=1) as runner:
         time.sleep(2)  # past the start timeout, its answer unread
         assert runner.wait_ready(0.5), runner.problem
-    finally:
-        runner.stop()
