@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install start test unit lint bench
+.PHONY: install start test unit lint bench gpu-check
 
 # A virtual environment with the whole service (the `server` extra) and the test tools.
 # llama-cpp-python is built from source for a portable CPU baseline by ops/build-llama.sh (a few
@@ -48,3 +48,14 @@ unit: install
 
 bench: install
 	$(PY) benchmarks/engine.py
+
+# On a CUDA host: the CUDA variant of llama-cpp-python (ops/build-llama.sh with DECIDE_GPU=cuda,
+# cached like the CPU builds) in a virtual environment of its own, then the same measurements
+# on the GPU and on the CPU cores, as one table and gpu_check.json (README, "Running on a GPU").
+GPU_VENV ?= .venv-gpu
+gpu-check:
+	test -x $(GPU_VENV)/bin/python || python3 -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install --quiet --upgrade pip
+	DECIDE_GPU=cuda ops/build-llama.sh $(GPU_VENV)/bin/python
+	$(GPU_VENV)/bin/python -m pip install --quiet -e '.[server]'
+	$(GPU_VENV)/bin/python benchmarks/gpu_check.py --json gpu_check.json

@@ -93,6 +93,9 @@ class DecisionBody(_Open):
     state: State = Field(description="what the questions are about: a non-blank string, an "
                                      "object or an array")
     questions: Questions
+    x_exact: bool = Field(False, description="decode each row by the exact plan (SPEC §3.7): "
+                                             "the same bits whatever else is decoded with it; "
+                                             "on a GPU each row alone, slower")
 
 
 class SystemOneRequest(DecisionBody):
@@ -154,7 +157,10 @@ class SystemOneResponse(BaseModel):
     answers: dict[str, Answer]
     usage: TokenUsage
     x_build: str | None = Field(None, description="the llama.cpp build that decoded it "
-                                                  "(x86-64-v3, x86-64-v4)")
+                                                  "(x86-64-v3, x86-64-v4, x86-64-v3+cuda)")
+    x_decoding: Literal["batched", "exact"] | None = Field(
+        None, description="where the worker decodes by the batched plan (a GPU's): batched "
+                          "(within SPEC §3.7's GPU tolerance) or exact (x_exact asked)")
     x_job_id: str | None = None
     x_timings: Timings | None = None
 

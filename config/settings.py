@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -37,6 +38,13 @@ class Settings(BaseSettings):
     refuses to start (``runner.variants.pinned``)."""
     gpu_layers: int = 0
     """Layers offloaded to a GPU when a model's configuration names none (-1: all)."""
+    decode_plan: Literal["auto", "exact", "batched"] = "auto"
+    """How rows are decoded (SPEC §3.7). ``exact``: each row's numbers are the same bits
+    whatever else is decoded with it (on a CPU, packed under the batching rule of
+    ``llm.packing``; on a GPU, each row alone over its state). ``batched``: every row of a
+    request in large multi-sequence batches (``llm.batched``), within SPEC §3.7's GPU tolerance
+    of the exact answer. ``auto``: batched where layers are offloaded to a GPU, else exact. A
+    request's ``"x_exact": true`` asks for the exact plan whatever this says."""
 
     database_url: str | None = None
     """SQLAlchemy URL of the jobs store; none means SQLite under the data directory."""

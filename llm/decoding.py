@@ -19,9 +19,16 @@ def _make_reader(model: GgufModel, window: int, config: ModelConfig,
     threads = config.threads or settings.threads or default_threads()
     key = verdict_key(library=loaded_library(), model=model.path, threads=threads,
                       flags=cpu_flags())
-    return LlamaReader(model, context_size=window, threads=threads,
-                       gpu_offload=gpu_layers(config, settings),
-                       verdicts=PackingVerdicts(settings.data_dir, key))
+    offload = gpu_layers(config, settings)
+    return LlamaReader(model, context_size=window, threads=threads, gpu_offload=offload,
+                       verdicts=PackingVerdicts(settings.data_dir, key),
+                       batched=batched_plan(settings.decode_plan, offload))
+
+
+def batched_plan(setting: str, offload: int) -> bool:
+    """Whether a reader decodes by the batched plan: ``decode_plan`` (``Settings``) says
+    ``batched``, or ``auto`` where layers are offloaded to a GPU."""
+    return setting == "batched" or (setting == "auto" and offload != 0)
 
 
 def load_decoding_engine(config: ModelConfig, settings: Settings) -> LoadedEngine:

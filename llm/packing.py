@@ -89,6 +89,8 @@ class Item:
     reads: tuple[tuple[int, int, int], ...] = ()
     """What its logits give: (row, k, token) for each row whose option token k is ``token``
     and follows this token."""
+    label: bool = False
+    """Its logits answer a label row (``llm.batched``)."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ def split_row(suffix: Sequence[int], continuation: int) -> tuple[tuple[int, ...]
     return suffix[:-continuation], suffix[-continuation:]
 
 
-class _Trie:
+class OptionTrie:
     """The option tokens a group of rows decodes: each distinct proper prefix of an option, once.
     Its leaves (prefixes no longer one extends) each get a sequence."""
 
@@ -151,13 +153,13 @@ def rounds(rows: Rows, *, seqs: int, tokens: int = ROUND_TOKENS, cells: int) -> 
     current: list[int] = []
     used_seqs = used_tokens = 0
     piece: tuple[int, ...] | None = None
-    trie = _Trie()
+    trie = OptionTrie()
     for index, (row_piece, option) in enumerate(rows):
         for attempt in range(2):
             new_group = not current or row_piece != piece
             alone = bool(current) and new_group and (len(row_piece) > LONG_PIECE
                                                      or len(piece or ()) > LONG_PIECE)
-            fresh = _Trie() if new_group else trie
+            fresh = OptionTrie() if new_group else trie
             paths = fresh.new_paths(option)
             cost_seqs = (1 if new_group else 0) + fresh.leaf_change(paths)
             cost_tokens = (len(row_piece) if new_group else 0) + len(paths)
@@ -202,7 +204,7 @@ def round_items(rows: Rows, members: list[int], start: int,
     bodies: list[Item] = []
     outputs: list[Item] = []
     for piece, group_rows in groups:
-        trie = _Trie()
+        trie = OptionTrie()
         for index in group_rows:
             trie.add(trie.new_paths(rows[index][1]))
         own = seq

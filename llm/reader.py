@@ -37,12 +37,15 @@ import llama_cpp
 import numpy as np
 
 from decide.core.rows import Row
+from decide.llm.batched import Entry, batched_rounds, cut, entries, round_plan
 from decide.llm.gguf import GgufModel
 from decide.llm.hidden import HiddenProjection
 from decide.llm.llama_context import DecodeError, LlamaContext
 from decide.llm.log_softmax import LogSoftmax
 from decide.llm.packing import (
     GROUP,
+    Batch,
+    Item,
     Rows,
     output_rows_grouped,
     packing_check_rows,
@@ -69,15 +72,17 @@ class LlamaReader:
 
     def __init__(self, model: GgufModel, *, context_size: int, threads: int | None = None,
                  batch_size: int = DEFAULT_BATCH, gpu_offload: int = 0,
-                 verdicts: PackingVerdicts | None = None) -> None:
+                 verdicts: PackingVerdicts | None = None, batched: bool = False) -> None:
         """``verdicts``: where the packing check's finding is remembered for this build, CPU
-        and model file (``llm.packing_verdicts``); None checks at every start."""
+        and model file (``llm.packing_verdicts``); None checks at every start. ``batched``:
+        read rows by the batched plan (``llm.batched``) unless a read asks for ``exact``."""
         self.model = model
         self._verdicts = verdicts
         self.context_size = context_size
         self.batch_size = batch_size
         self.threads = threads or default_threads()
         self.gpu_offload = gpu_offload
+        self.batched = batched
         self.packed = gpu_offload == 0
         """Option rows packed (CPU); on a GPU, or where this host's build breaks the batching
         rule (``_check_packing``), they are read one by one."""
@@ -86,6 +91,7 @@ class LlamaReader:
             model.path, x86_64=platform.machine().lower() in ("x86_64", "amd64"))
         self._single: LlamaContext | None = None
         self._multi: LlamaContext | None = None
+        self._multi_labels: LlamaContext | None = None
         self._piece: tuple[int, ...] | None = None
         """The question piece cached after the prefix (unpacked option rows), if any."""
         self._piece_next: LogSoftmax | None = None
@@ -107,6 +113,19 @@ class LlamaReader:
                                     flash_attention=False if self.gpu_offload == 0 else None)
         return self._single
 
+    def _batched_labels(self) -> LlamaContext:
+        """The batched plan's context for label rows: on a CPU many sequences without flash
+        attention, as the exact plan reads label rows (flash attention's half-precision sums
+        moved label logits by up to 0.85 there); on a GPU the packed context (flash attention
+        is llama.cpp's choice for both plans there)."""
+        if self.gpu_offload != 0:
+            return self._options()
+        if self._multi_labels is None:
+            self._multi_labels = LlamaContext(self.model, cells=self.context_size + SPARE_CELLS,
+                                              threads=self.threads, batch_size=self.batch_size,
+                                              sequences=OPTION_SEQUENCES, flash_attention=False)
+        return self._multi_labels
+
     def _options(self) -> LlamaContext:
         """The packed context: flash attention, many sequences (``llm.packing``)."""
         if self._multi is None:
@@ -117,10 +136,14 @@ class LlamaReader:
 
     def read(self, prefix: Sequence[int], rows: Sequence[Row],
              before_row: Callable[[], None] | None = None, *,
-             hidden: dict[int, list[float]] | None = None) -> list[list[float]]:
+             hidden: dict[int, list[float]] | None = None,
+             exact: bool = False) -> list[list[float]]:
         prefix = tuple(prefix)
         results: list[list[float]] = [[] for _ in rows]
         hidden = {} if hidden is None else hidden
+        if self.batched and not exact:
+            self._read_batched(prefix, rows, results, before_row, hidden)
+            return results
         index = 0
         try:
             while index < len(rows):
@@ -229,15 +252,34 @@ class LlamaReader:
         the hidden state at its question piece's last token (where its option's first token is
         read)."""
         items, used = round_items(split, members, start, first_seq=1)
-        padding = context.sequences - 1
         found = {member: [0.0] * len(split[member][1]) for member in members}
+
+        def read(_: int, item: Item, logits: np.ndarray) -> None:
+            normalised = LogSoftmax(logits)
+            for member, position, token in item.reads:
+                found[member][position] = normalised(token)
+                if position == 0 and member in slots:
+                    slots[member] = self._hidden_state(logits)
+
+        self._decode_batches(context, round_batches(items, piece=len(split[members[0]][0]),
+                                                    grouped_outputs=self._grouped_outputs,
+                                                    limit=context.batch_size),
+                             used=used, start=start, on_output=read)
+        return [found[member] for member in members]
+
+    def _decode_batches(self, context: LlamaContext, batches: Sequence[Batch], *, used: int,
+                        start: int, on_output: Callable[[int, Item, np.ndarray], None]) -> None:
+        """Decode a round's batches in sequences 1..``used``, each copied from the prefix's
+        (sequence 0, ``start`` tokens); ``on_output(index, item, logits)`` for every item whose
+        logits are read (``index``: its place in the round). Pads go to the last sequence, and
+        every sequence of the round is removed again at the end."""
+        padding = context.sequences - 1
         memory = context.memory
+        first = 0
         try:
             for seq in range(1, 1 + used):
                 llama_cpp.llama_memory_seq_cp(memory, 0, seq, 0, start)
-            for batch in round_batches(items, piece=len(split[members[0]][0]),
-                                       grouped_outputs=self._grouped_outputs,
-                                       limit=context.batch_size):
+            for batch in batches:
                 count = len(batch.items) + batch.pads
                 for index, item in enumerate(batch.items):
                     context.tokens[index] = item.token
@@ -245,7 +287,7 @@ class LlamaReader:
                     context.seq_counts[index] = len(item.seqs)
                     context.seq_ids[index][:len(item.seqs)] = item.seqs
                 for index in range(len(batch.items), count):
-                    context.tokens[index] = items[0].token
+                    context.tokens[index] = batch.items[0].token
                     context.positions[index] = index - len(batch.items)
                     context.seq_counts[index] = 1
                     context.seq_ids[index][0] = padding
@@ -254,21 +296,70 @@ class LlamaReader:
                 self.tokens_decoded += len(batch.items)
                 self.tokens_padded += batch.pads
                 for index, item in enumerate(batch.items):
-                    if item.reads:
-                        logits = context.logits(index)
-                        normalised = LogSoftmax(logits)
-                        for member, position, token in item.reads:
-                            found[member][position] = normalised(token)
-                            if position == 0 and member in slots:
-                                slots[member] = self._hidden_state(logits)
-                llama_cpp.llama_memory_seq_rm(memory, padding, -1, -1)
+                    if item.reads or item.label:
+                        on_output(first + index, item, context.logits(index))
+                first += len(batch.items)
+                if batch.pads:
+                    llama_cpp.llama_memory_seq_rm(memory, padding, -1, -1)
         finally:
             for seq in (*range(1, 1 + used), padding):
                 llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
             context.seq_counts[:] = 1
             for row in context.seq_ids:
                 row[0] = 0
-        return [found[member] for member in members]
+
+    # The batched plan (a GPU's default): every row in large batches (``llm.batched``).
+
+    def _read_batched(self, prefix: tuple[int, ...], rows: Sequence[Row],
+                      results: list[list[float]], before_row: Callable[[], None] | None,
+                      hidden: dict[int, list[float]]) -> None:
+        """Every row in rounds of large batches; each round's rows ask ``before_row`` first.
+        Label rows get their label logits, option rows their option log-probabilities; rows
+        whose index is a key of ``hidden`` the hidden state where their first answer token is
+        read."""
+        everything = entries(rows)
+        for context, wanted in ((self._batched_labels(), True), (self._options(), False)):
+            indices = [index for index, entry in enumerate(everything)
+                       if entry.is_label == wanted]
+            if indices:
+                self._read_batched_in(context, prefix, [everything[index] for index in indices],
+                                      indices, results, before_row, hidden)
+
+    def _read_batched_in(self, context: LlamaContext, prefix: tuple[int, ...],
+                         plan_rows: list[Entry], indices: list[int], results: list[list[float]],
+                         before_row: Callable[[], None] | None,
+                         hidden: dict[int, list[float]]) -> None:
+        """``plan_rows`` (the request's rows ``indices``) in rounds in ``context``."""
+        for members in batched_rounds(plan_rows, seqs=context.sequences - 2,
+                                      cells=context.cells - len(prefix)):
+            if before_row is not None:
+                for _ in members:
+                    before_row()
+            self._ensure_prefix(context, prefix)
+            round_ = round_plan(plan_rows, members, start=len(prefix), first_seq=1)
+
+            def read(index: int, item: Item, logits: np.ndarray,
+                     labels: dict[int, int] = round_.labels) -> None:
+                member = labels.get(index)
+                if member is not None:
+                    row = indices[member]
+                    results[row] = [float(logits[token]) for token in plan_rows[member].label_ids]
+                    if row in hidden:
+                        hidden[row] = self._hidden_state(logits)
+                    return
+                normalised = LogSoftmax(logits)
+                for member, position, token in item.reads:
+                    row = indices[member]
+                    if not results[row]:
+                        results[row] = [0.0] * len(plan_rows[member].option)
+                    results[row][position] = normalised(token)
+                    if position == 0 and row in hidden:
+                        hidden[row] = self._hidden_state(logits)
+
+            batches = [Batch(chunk, 0, tuple(item.output for item in chunk))
+                       for chunk in cut(round_.items, context.batch_size)]
+            self._decode_batches(context, batches, used=round_.used, start=len(prefix),
+                                 on_output=read)
 
     # Label rows, and option rows read one by one (GPU).
 
@@ -342,7 +433,7 @@ class LlamaReader:
     def forget_prefix(self) -> None:
         """Drop the cached prefixes, so the next read decodes its state again."""
         self._piece = self._piece_next = None
-        for context in (self._single, self._multi):
+        for context in (self._single, self._multi, self._multi_labels):
             if context is not None:
                 context.clear()
 
@@ -392,6 +483,6 @@ class LlamaReader:
                               f"{where})")
 
     def close(self) -> None:
-        for context in (self._single, self._multi):
+        for context in (self._single, self._multi, self._multi_labels):
             if context is not None:
                 context.close()

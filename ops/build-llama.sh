@@ -24,8 +24,16 @@
 # only when it has decoded the start-up probe right in a child process; anything else falls
 # back to the baseline (runner/variants.py). DECIDE_CPU_VARIANTS=none builds no variant.
 #
-# DECIDE_LLAMA_CMAKE_ARGS adds flags of your own (the GPU image: -DGGML_CUDA=on); the CPU
-# baseline still applies to the CPU code of such a build.
+# DECIDE_LLAMA_CMAKE_ARGS adds flags of your own; the CPU baseline still applies to the CPU
+# code of such a build.
+#
+# DECIDE_GPU=cuda builds the CUDA variant instead (the GPU image, `make gpu-check`):
+# -DGGML_CUDA=on for the GPU architectures DECIDE_CUDA_ARCHITECTURES names (default: the
+# compute capability nvidia-smi reports, 90 on an H100 or H200; built as "90-real"), flash
+# attention kernels for F16 caches only and no NCCL (a few minutes on 16 cores), no AVX-512
+# variant. Its build is named BASELINE+cuda (x86-64-v3+cuda) in every result's x_build.
+# LLAMA_CPP_PYTHON_SOURCE names a local sdist to build from (a host without PyPI), and
+# DECIDE_PIP_WHEEL_ARGS adds arguments to its `pip wheel` (--no-build-isolation there).
 #
 # Wheels are cached per version and flags under DECIDE_WHEEL_CACHE (default
 # ~/.cache/decide/wheels), never in pip's cache, so a wheel built with other flags is never
@@ -35,6 +43,25 @@ set -euo pipefail
 PYTHON=${1:?usage: ops/build-llama.sh PYTHON}
 VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 EXTRA=${DECIDE_LLAMA_CMAKE_ARGS:-}
+SOURCE=${LLAMA_CPP_PYTHON_SOURCE:-llama-cpp-python==$VERSION}
+MARK=
+if [ "${DECIDE_GPU:-}" = cuda ]; then
+    ARCHS=${DECIDE_CUDA_ARCHITECTURES:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader \
+                                         2>/dev/null | head -n 1 | tr -d ' .')}
+    if [ -z "$ARCHS" ]; then
+        echo "build-llama.sh: DECIDE_GPU=cuda needs nvidia-smi, or DECIDE_CUDA_ARCHITECTURES" \
+             "naming the GPU's compute capability (90 for an H100 or H200)" >&2
+        exit 2
+    fi
+    case "$ARCHS" in *-real|*-virtual) ;; *) ARCHS="$ARCHS-real" ;; esac
+    EXTRA="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$ARCHS -DGGML_CUDA_FA_QUANTS=f16-f16"
+    EXTRA+=" -DGGML_CUDA_NCCL=OFF -DLLAVA_BUILD=OFF ${DECIDE_LLAMA_CMAKE_ARGS:-}"
+    DECIDE_CPU_VARIANTS=none
+    MARK=+cuda
+elif [ -n "${DECIDE_GPU:-}" ]; then
+    echo "build-llama.sh: DECIDE_GPU must be cuda (or unset), not '$DECIDE_GPU'" >&2
+    exit 2
+fi
 
 host_has() { grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | tr ' ' '\n' | grep -qx "$1"; }
 
@@ -78,8 +105,10 @@ wheel_for() {
         echo "build-llama.sh: building llama-cpp-python $VERSION for $1" \
              "(a few minutes; cached in $cache)" >&2
         rm -rf "$cache.partial" && mkdir -p "$cache.partial"
+        # shellcheck disable=SC2086  # DECIDE_PIP_WHEEL_ARGS: words of its own
         CMAKE_ARGS="$flags" "$PYTHON" -m pip wheel --quiet --no-cache-dir --no-deps \
-            --no-binary llama-cpp-python -w "$cache.partial" "llama-cpp-python==$VERSION" >&2
+            ${DECIDE_PIP_WHEEL_ARGS:-} --no-binary llama-cpp-python -w "$cache.partial" \
+            "$SOURCE" >&2
         rm -rf "$cache" && mv "$cache.partial" "$cache"
     fi
     ls "$cache"/llama_cpp_python-*.whl
@@ -91,7 +120,7 @@ BASELINE_WHEEL=$(wheel_for "$DECIDE_CPU_BASELINE")
 # llama-cpp-python's own dependencies (numpy, jinja2, diskcache, typing-extensions)
 "$PYTHON" -m pip install --quiet "$BASELINE_WHEEL"
 PREFIX=$("$PYTHON" -c 'import sys; print(sys.prefix)')
-echo "$DECIDE_CPU_BASELINE" > "$PREFIX/.llama-baseline"
+echo "$DECIDE_CPU_BASELINE$MARK" > "$PREFIX/.llama-baseline"
 
 VARIANTS=$PREFIX/lib/decide-llama-variants
 rm -rf "$VARIANTS"

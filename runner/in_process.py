@@ -2,9 +2,10 @@
 ``decide run`` and the service answer with the same bits (SPEC §3.7).
 
 A process that decodes in-process (``decide run``, ``eval``, ``calibrate``, the tests) calls
-``use_runner_build`` before anything imports llama_cpp. Where a faster build than the installed
-one is a candidate, it takes the build a runner proved on this host (``runner.variants``), and
-proves one first, in a runner child process, when none has been.
+``use_runner_build`` before anything imports llama_cpp or numpy; it loads llama.cpp itself.
+Where a faster build than the installed one is a candidate, it takes the build a runner proved
+on this host (``runner.variants``), and proves one first, in a runner child process, when none
+has been.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 from pathlib import Path
 
 from decide.config.settings import Settings
+from decide.llm.native import load_llama_first
 from decide.llm.threads import apply_wait_policy
 from decide.runner.variants import (
     AUTO,
@@ -61,4 +63,5 @@ def use_runner_build(settings: Settings) -> Variant:
     elif settings.cpu_variant not in (AUTO, BASELINE):  # a pin of the installed build wins
         os.environ.pop(LIBRARY_PATH_VARIABLE, None)      # over an inherited path, as a runner's
     apply_wait_policy()  # and its threads wait as a runner's do (read when llama.cpp loads)
+    load_llama_first()
     return chosen

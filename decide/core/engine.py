@@ -63,6 +63,10 @@ class Decision:
     build: str = field(default="", compare=False)
     """The llama.cpp build that decoded it (``x86-64-v3``, ``x86-64-v4``), where a runner
     decoded it: the same request gives the same bits on the same build (SPEC §3.7)."""
+    decoding: str = field(default="", compare=False)
+    """``batched`` or ``exact`` where the reader decodes by the batched plan (a GPU's: SPEC
+    §3.7's tolerance, unless the request asked for ``x_exact``); empty where every answer is
+    exact anyway (the CPU)."""
 
     def to_wire(self) -> dict[str, Any]:
         wire = {"model": self.model,
@@ -70,6 +74,8 @@ class Decision:
                 "usage": {"input_tokens": self.input_tokens, "output_tokens": 0}}
         if self.build:
             wire["x_build"] = self.build
+        if self.decoding:
+            wire["x_decoding"] = self.decoding
         return wire
 
 
@@ -296,24 +302,28 @@ class DecisionEngine:
     def read(self, request: DecisionRequest,
              before_row: Callable[[], None] | None = None) -> Reading:
         """Plan a request and read every row of it (the only step that touches the model)."""
-        return self._read(self.plan(request), before_row, _hidden_wanted(request))
+        return self._read(self.plan(request), before_row, _hidden_wanted(request),
+                          exact=wants_exact(request))
 
     def _read(self, plan: RowPlan, before_row: Callable[[], None] | None,
-              hidden_wanted: frozenset[str] = frozenset()) -> Reading:
+              hidden_wanted: frozenset[str] = frozenset(), *, exact: bool = False) -> Reading:
         if self._reader is None:
             raise RuntimeError(f"engine for {self.model_name!r} was built without a reader")
         slots = _answer_slots(plan, hidden_wanted)
         if slots:
             found: dict[int, list[float]] = {index: [] for index in slots.values()}
-            logits = self._reader.read(plan.prefix, plan.rows, before_row, hidden=found)
+            logits = self._reader.read(plan.prefix, plan.rows, before_row, hidden=found,
+                                       exact=exact)
             hidden = {question_id: found[index] for question_id, index in slots.items()}
             if any(not values for values in hidden.values()):
                 raise InvalidRequest(errors=[FieldError(
                     loc=("model",), msg=f"model {self.model_name!r} cannot report its hidden "
                     "state, so it cannot answer or teach a taught question", type="value_error")])
         else:
-            logits, hidden = self._reader.read(plan.prefix, plan.rows, before_row), {}
-        priors = self._priors.read(self._reader, plan.prior_prefix, plan.prior_rows, before_row)
+            logits = self._reader.read(plan.prefix, plan.rows, before_row, exact=exact)
+            hidden = {}
+        priors = self._priors.read(self._reader, plan.prior_prefix, plan.prior_rows, before_row,
+                                   exact=exact)
         return Reading(plan=plan, logits=logits, priors=priors, hidden=hidden)
 
     def decide(self, request: DecisionRequest,
@@ -321,7 +331,8 @@ class DecisionEngine:
         started = time.perf_counter()
         plan = self.plan(request)
         planned = time.perf_counter()
-        reading = self._read(plan, before_row, _hidden_wanted(request))
+        exact = wants_exact(request)
+        reading = self._read(plan, before_row, _hidden_wanted(request), exact=exact)
         decoded = time.perf_counter()
         answers = assemble(request.questions, plan, reading.logits, self.profile,
                            reading.priors)
@@ -335,12 +346,19 @@ class DecisionEngine:
         rows_by_type: dict[str, int] = {}
         for row in plan.rows + plan.prior_rows:
             rows_by_type[types[row.question_id]] = rows_by_type.get(types[row.question_id], 0) + 1
+        batched = getattr(self._reader, "batched", False)
         return Decision(model=self.model_name, answers=answers, input_tokens=plan.input_tokens,
+                        decoding=("exact" if exact else "batched") if batched else "",
                         timings={"plan_ms": (planned - started) * 1000,
                                  "decode_ms": (decoded - planned) * 1000},
                         rows_by_type=rows_by_type,
                         hidden={question_id: reading.hidden[question_id]
                                 for question_id in request.hidden_for})
+
+
+def wants_exact(request: DecisionRequest) -> bool:
+    """Whether the request asks for the exact plan (``"x_exact": true``, SPEC §3.7)."""
+    return request.extensions.get("x_exact") is True
 
 
 def _hidden_wanted(request: DecisionRequest) -> frozenset[str]:

@@ -23,7 +23,8 @@ KEY_BYTES = 16
 FLOAT_BYTES = 8
 
 
-def row_key(prefix: Sequence[int], suffix: Sequence[int], continuation: int) -> bytes:
+def row_key(prefix: Sequence[int], suffix: Sequence[int], continuation: int, *,
+            exact: bool = False) -> bytes:
     """A prior's key: a 16-byte digest of its tokens and where its option starts. Keys of a
     fixed size keep the cache's memory bounded by its capacity, however long the options (a
     key holding the tokens themselves grew with them, to gigabytes for long options)."""
@@ -32,6 +33,8 @@ def row_key(prefix: Sequence[int], suffix: Sequence[int], continuation: int) -> 
         digest.update(len(part).to_bytes(4, "little"))
         digest.update(array("q", part).tobytes())
     digest.update(continuation.to_bytes(4, "little", signed=True))
+    if exact:
+        digest.update(b"exact")
     return digest.digest()
 
 
@@ -65,16 +68,18 @@ class PriorCache:
             self._bytes -= KEY_BYTES + FLOAT_BYTES * len(dropped)
 
     def read(self, reader: RowReader, prefix: Sequence[int], rows: Sequence[Row],
-             before_row: Callable[[], None] | None = None) -> list[list[float]]:
+             before_row: Callable[[], None] | None = None, *,
+             exact: bool = False) -> list[list[float]]:
         """The reading of every row over ``prefix``; only rows not kept are decoded.
+        ``exact`` readings (SPEC §3.7) are kept apart from the others.
 
         What this call found is held apart from the cache, since a foreground request that
         ``before_row`` decodes meanwhile may evict it."""
-        keys = [row_key(prefix, row.suffix, row.continuation) for row in rows]
+        keys = [row_key(prefix, row.suffix, row.continuation, exact=exact) for row in rows]
         found = {key: list(self._values[key]) for key in keys if key in self._values}
         missing = {key: row for key, row in zip(keys, rows) if key not in found}
         if missing:
-            read = reader.read(prefix, list(missing.values()), before_row)
+            read = reader.read(prefix, list(missing.values()), before_row, exact=exact)
             self.rows_read += len(missing)
             found.update(zip(missing, read, strict=True))
         for key in keys:

@@ -120,7 +120,7 @@ def _encodable(text: str) -> bool:
     return True
 
 
-STORED_FIELDS = ("model", "state", "questions", "x_rerank")
+STORED_FIELDS = ("model", "state", "questions", "x_rerank", "x_exact")
 """What a job keeps of its request: the fields a decision reads. Unknown top-level fields are
 ignored (SPEC §2.1) and so dropped before storage: a 30 MiB junk field is neither stored nor
 read again by every poll and list. ``x_rerank`` marks a rerank's decision
@@ -171,5 +171,9 @@ def parse_request(body: Any, *, blank_state_ok: bool = False) -> DecisionRequest
         errors.add(("state",), BLANK_STATE, "value_error")
     questions = parse_questions(body.get("questions"), errors)
     raise_if_any(errors)
+    if "x_exact" in body and not isinstance(body["x_exact"], bool):
+        errors.add(("x_exact",), "x_exact must be true (decode each row by the exact plan, "
+                   f"SPEC §3.7) or false, not {json_kind(body['x_exact'])}", "bool_type")
+        raise_if_any(errors)
     extensions = {key: value for key, value in body.items() if key.startswith("x_")}
     return DecisionRequest(state=state, questions=questions, model=model, extensions=extensions)

@@ -54,7 +54,8 @@ class RowReader(Protocol):
 
     def read(self, prefix: Sequence[int], rows: Sequence[Row],
              before_row: Callable[[], None] | None = None, *,
-             hidden: dict[int, list[float]] | None = None) -> list[list[float]]:
+             hidden: dict[int, list[float]] | None = None,
+             exact: bool = False) -> list[list[float]]:
         """For each row in order: a label row's ``label_ids`` logits at its answer slot, or an
         option row's log-probabilities of its last ``continuation`` tokens.
 
@@ -64,7 +65,9 @@ class RowReader(Protocol):
 
         The prefix is decoded once; each row's suffix is decoded on its own copy of it, so a
         row's numbers depend only on (prefix, row). ``before_row`` is called before each row
-        and may raise to stop (a cancelled job stops before its next row).
+        and may raise to stop (a cancelled job stops before its next row). A reader that
+        decodes by the batched plan (a GPU's) keeps a row's numbers within SPEC §3.7's GPU
+        tolerance instead, unless ``exact`` asks for the exact plan.
         """
         ...
 

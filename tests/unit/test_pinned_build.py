@@ -79,9 +79,12 @@ def test_a_pin_of_the_installed_build_wins_over_an_inherited_library_path(tmp_pa
     from decide.runner.in_process import build_in_use, use_runner_build
 
     installed = variants.installed_baseline()
+    loaded = []  # the pure tier loads no llama.cpp: the call that would is only counted
+    monkeypatch.setattr("decide.runner.in_process.load_llama_first", lambda: loaded.append(1))
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(variants.X86_64_V4.library_path))
     assert build_in_use() == "x86-64-v4"
     chosen = use_runner_build(Settings(cpu_variant=installed, data_dir=tmp_path))
     assert chosen.name == installed and chosen.library_path is None
     assert "LLAMA_CPP_LIB_PATH" not in os.environ
     assert build_in_use() == installed
+    assert loaded == [1]  # and llama.cpp is loaded at once, before numpy can be (issue 36)
