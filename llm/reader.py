@@ -13,12 +13,14 @@ position 0, alone; a request over the same state skips it.
   batch holds (a piece over 48 tokens: alone, in one batch of up to 512, in its own round);
   the logits are read at each piece's last token and at each trie token, and the round's
   sequences are removed again.
-* Option rows on a GPU (the rule is the CPU backend's): each question piece is decoded alone
-  on top of the prefix (and kept for the next option of the same question), then each option's
-  own tokens alone on top of the piece.
+* Option rows on a GPU by the exact plan (the rule is the CPU backend's): each question piece
+  is decoded alone on top of the prefix (and kept for the next option of the same question),
+  then each option's own tokens alone on top of the piece.
+* The batched plan (a GPU's default, ``llm.batched`` and ``llm.batched_reading``): every row of
+  a request in large multi-sequence batches, within SPEC §3.7's GPU tolerance of the above.
 
-A row's numbers therefore depend only on (prefix, row): never on the other rows of the request,
-their order, or earlier requests.
+By the exact plans a row's numbers therefore depend only on (prefix, row): never on the other
+rows of the request, their order, or earlier requests.
 
 Label rows and packed option rows use two llama.cpp contexts, each made on first use (a model
 serves one readout, so it holds one): packing needs flash attention and many sequences, while
@@ -37,14 +39,13 @@ import llama_cpp
 import numpy as np
 
 from decide.core.rows import Row
-from decide.llm.batched import Entry, batched_rounds, cut, entries, round_plan
+from decide.llm.batched_reading import OPTION_SEQUENCES, SPARE_CELLS, BatchedReading
 from decide.llm.gguf import GgufModel
 from decide.llm.hidden import HiddenProjection
 from decide.llm.llama_context import DecodeError, LlamaContext
 from decide.llm.log_softmax import LogSoftmax
 from decide.llm.packing import (
     GROUP,
-    Batch,
     Item,
     Rows,
     output_rows_grouped,
@@ -58,16 +59,11 @@ from decide.llm.packing_verdicts import PackingVerdicts
 from decide.llm.threads import default_threads
 
 DEFAULT_BATCH = 512
-OPTION_SEQUENCES = 128
-"""Sequences of the packed context: the prefix's, a round's pieces and options, the padding's."""
-SPARE_CELLS = 256
-"""Cells the packed context holds beyond the context size: a round's padding."""
 
 log = logging.getLogger("decide.worker")
 
 
-
-class LlamaReader:
+class LlamaReader(BatchedReading):
     """The engine's ``RowReader`` over a loaded model's llama.cpp contexts."""
 
     def __init__(self, model: GgufModel, *, context_size: int, threads: int | None = None,
@@ -112,19 +108,6 @@ class LlamaReader:
                                     batch_size=self.batch_size, sequences=1,
                                     flash_attention=False if self.gpu_offload == 0 else None)
         return self._single
-
-    def _batched_labels(self) -> LlamaContext:
-        """The batched plan's context for label rows: on a CPU many sequences without flash
-        attention, as the exact plan reads label rows (flash attention's half-precision sums
-        moved label logits by up to 0.85 there); on a GPU the packed context (flash attention
-        is llama.cpp's choice for both plans there)."""
-        if self.gpu_offload != 0:
-            return self._options()
-        if self._multi_labels is None:
-            self._multi_labels = LlamaContext(self.model, cells=self.context_size + SPARE_CELLS,
-                                              threads=self.threads, batch_size=self.batch_size,
-                                              sequences=OPTION_SEQUENCES, flash_attention=False)
-        return self._multi_labels
 
     def _options(self) -> LlamaContext:
         """The packed context: flash attention, many sequences (``llm.packing``)."""
@@ -266,100 +249,6 @@ class LlamaReader:
                                                     limit=context.batch_size),
                              used=used, start=start, on_output=read)
         return [found[member] for member in members]
-
-    def _decode_batches(self, context: LlamaContext, batches: Sequence[Batch], *, used: int,
-                        start: int, on_output: Callable[[int, Item, np.ndarray], None]) -> None:
-        """Decode a round's batches in sequences 1..``used``, each copied from the prefix's
-        (sequence 0, ``start`` tokens); ``on_output(index, item, logits)`` for every item whose
-        logits are read (``index``: its place in the round). Pads go to the last sequence, and
-        every sequence of the round is removed again at the end."""
-        padding = context.sequences - 1
-        memory = context.memory
-        first = 0
-        try:
-            for seq in range(1, 1 + used):
-                llama_cpp.llama_memory_seq_cp(memory, 0, seq, 0, start)
-            for batch in batches:
-                count = len(batch.items) + batch.pads
-                for index, item in enumerate(batch.items):
-                    context.tokens[index] = item.token
-                    context.positions[index] = item.pos
-                    context.seq_counts[index] = len(item.seqs)
-                    context.seq_ids[index][:len(item.seqs)] = item.seqs
-                for index in range(len(batch.items), count):
-                    context.tokens[index] = batch.items[0].token
-                    context.positions[index] = index - len(batch.items)
-                    context.seq_counts[index] = 1
-                    context.seq_ids[index][0] = padding
-                context.wants_logits[:count] = batch.outputs
-                self._run(context, count, f"in a packed round at position {start}")
-                self.tokens_decoded += len(batch.items)
-                self.tokens_padded += batch.pads
-                for index, item in enumerate(batch.items):
-                    if item.reads or item.label:
-                        on_output(first + index, item, context.logits(index))
-                first += len(batch.items)
-                if batch.pads:
-                    llama_cpp.llama_memory_seq_rm(memory, padding, -1, -1)
-        finally:
-            for seq in (*range(1, 1 + used), padding):
-                llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
-            context.seq_counts[:] = 1
-            for row in context.seq_ids:
-                row[0] = 0
-
-    # The batched plan (a GPU's default): every row in large batches (``llm.batched``).
-
-    def _read_batched(self, prefix: tuple[int, ...], rows: Sequence[Row],
-                      results: list[list[float]], before_row: Callable[[], None] | None,
-                      hidden: dict[int, list[float]]) -> None:
-        """Every row in rounds of large batches; each round's rows ask ``before_row`` first.
-        Label rows get their label logits, option rows their option log-probabilities; rows
-        whose index is a key of ``hidden`` the hidden state where their first answer token is
-        read."""
-        everything = entries(rows)
-        for context, wanted in ((self._batched_labels(), True), (self._options(), False)):
-            indices = [index for index, entry in enumerate(everything)
-                       if entry.is_label == wanted]
-            if indices:
-                self._read_batched_in(context, prefix, [everything[index] for index in indices],
-                                      indices, results, before_row, hidden)
-
-    def _read_batched_in(self, context: LlamaContext, prefix: tuple[int, ...],
-                         plan_rows: list[Entry], indices: list[int], results: list[list[float]],
-                         before_row: Callable[[], None] | None,
-                         hidden: dict[int, list[float]]) -> None:
-        """``plan_rows`` (the request's rows ``indices``) in rounds in ``context``."""
-        for members in batched_rounds(plan_rows, seqs=context.sequences - 2,
-                                      cells=context.cells - len(prefix)):
-            if before_row is not None:
-                for _ in members:
-                    before_row()
-            self._ensure_prefix(context, prefix)
-            round_ = round_plan(plan_rows, members, start=len(prefix), first_seq=1)
-
-            def read(index: int, item: Item, logits: np.ndarray,
-                     labels: dict[int, int] = round_.labels) -> None:
-                member = labels.get(index)
-                if member is not None:
-                    row = indices[member]
-                    results[row] = [float(logits[token]) for token in plan_rows[member].label_ids]
-                    if row in hidden:
-                        hidden[row] = self._hidden_state(logits)
-                    return
-                normalised = LogSoftmax(logits)
-                for member, position, token in item.reads:
-                    row = indices[member]
-                    if not results[row]:
-                        results[row] = [0.0] * len(plan_rows[member].option)
-                    results[row][position] = normalised(token)
-                    if position == 0 and row in hidden:
-                        hidden[row] = self._hidden_state(logits)
-
-            batches = [Batch(chunk, 0, tuple(item.output for item in chunk))
-                       for chunk in cut(round_.items, context.batch_size)]
-            self._decode_batches(context, batches, used=round_.used, start=len(prefix),
-                                 on_output=read)
 
     # Label rows, and option rows read one by one (GPU).
 

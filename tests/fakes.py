@@ -43,7 +43,8 @@ class RecordingReader:
         self.reads: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
 
     def read(self, prefix: Sequence[int], rows: Sequence[Row],
-             before_row: Callable[[], None] | None = None) -> list[list[float]]:
+             before_row: Callable[[], None] | None = None, *,
+             exact: bool = False) -> list[list[float]]:
         out = []
         for row in rows:
             if before_row is not None:
@@ -66,7 +67,8 @@ class ScriptedReader:
 
     def read(self, prefix: Sequence[int], rows: Sequence[Row],
              before_row: Callable[[], None] | None = None, *,
-             hidden: dict[int, list[float]] | None = None) -> list[list[float]]:
+             hidden: dict[int, list[float]] | None = None,
+             exact: bool = False) -> list[list[float]]:
         out = []
         for index, row in enumerate(rows):
             if before_row is not None:

@@ -13,12 +13,13 @@ from typing import Any
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.core.labels import Tokenizer, pick_labels
 from decide.core.option_rows import OptionRowBuilder, option_count
+from decide.core.plan_tokens import PlanTokens, TooLong
 from decide.core.priors import PriorCache
 from decide.core.profile import OPTION_READOUT, Profile
 from decide.core.protocol import DecisionRequest
 from decide.core.questions import TAUGHT_FIELD, Question, ScoreQuestion
 from decide.core.readout import Readout, answer, taught_answer
-from decide.core.render import CHUNK_CHARS, render_state
+from decide.core.render import render_state
 from decide.core.rerank import is_rerank, relevance_question
 from decide.core.rows import RowBuilder, RowPlan, RowReader, is_isolated
 from decide.core.taught import TaughtReadout, answer_keys, zero_shot_by_answer
@@ -64,9 +65,7 @@ class Decision:
     """The llama.cpp build that decoded it (``x86-64-v3``, ``x86-64-v4``), where a runner
     decoded it: the same request gives the same bits on the same build (SPEC §3.7)."""
     decoding: str = field(default="", compare=False)
-    """``batched`` or ``exact`` where the reader decodes by the batched plan (a GPU's: SPEC
-    §3.7's tolerance, unless the request asked for ``x_exact``); empty where every answer is
-    exact anyway (the CPU)."""
+    """Where the reader decodes by the batched plan (a GPU's): ``batched`` or ``exact``."""
 
     def to_wire(self) -> dict[str, Any]:
         wire = {"model": self.model,
@@ -88,103 +87,6 @@ def row_count(questions: Sequence[Question], profile: Profile) -> int:
         return sum(2 * option_count(q) for q in questions)
     return sum(len(q.levels) if isinstance(q, ScoreQuestion) and is_isolated(q, profile) else 1
                for q in questions)
-
-
-CUT_SLACK = 16
-"""Tokens one cut may cost a count made in chunks. A tokenizer merges neighbouring text, so
-cutting a text changes only the tokens next to the cut: the chunks' tokens, less this much per
-cut, are a lower bound of the whole's (measured on the embedded vocabulary: a cut costs at most
-a few tokens; ``tests/model/test_bounded_plans.py``)."""
-
-
-class TooLong(Exception):
-    """A text found certainly longer than a limit allows before its tokens were all built.
-
-    ``what``: ``"state"`` or ``"text"`` (over the row limit) or ``"request"`` (over the
-    request's row tokens); ``at_least``: the tokens counted when the count stopped."""
-
-    def __init__(self, what: str, at_least: int) -> None:
-        super().__init__(what, at_least)
-        self.what = what
-        self.at_least = at_least
-
-
-def _utf8_size(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8"))
-
-
-def may_be_longer(text: str, limit: int) -> bool:
-    """Whether ``text`` can be more than ``limit`` tokens: a token is a byte or more, so only
-    a text of more than ``limit`` bytes can."""
-    if len(text) * 4 <= limit:
-        return False
-    return len(text) > limit or _utf8_size(text) > limit
-
-
-class ChunkCount:
-    """A lower bound of one text's tokens, fed in order a chunk at a time; raises ``TooLong``
-    as soon as it passes ``limit``. Chunks are tokenized only once the text has more bytes than
-    ``limit``, and each is dropped once counted, so counting costs a chunk's buffers."""
-
-    def __init__(self, tokenizer: Tokenizer, limit: int) -> None:
-        self._tokenizer = tokenizer
-        self._limit = limit
-        self._waiting: list[str] = []
-        self._bytes = 0
-        self._tokens = 0
-        self._chunks = 0
-
-    def __call__(self, chunk: str) -> None:
-        self._waiting.append(chunk)
-        if self._bytes <= self._limit:
-            self._bytes += _utf8_size(chunk)
-            if self._bytes <= self._limit:
-                return
-        for waiting in self._waiting:
-            self._tokens += len(self._tokenizer.tokenize(waiting))
-            self._chunks += 1
-        self._waiting.clear()
-        at_least = self._tokens - self._chunks * CUT_SLACK  # a cut per chunk, the head's too
-        if at_least > self._limit:
-            raise TooLong("text", at_least)
-
-
-class PlanTokens:
-    """One plan's tokenizer: refuses (``TooLong``) before a text's whole buffers are built.
-
-    Tokenizing allocates buffers of the text's length, so a text with more bytes than a row
-    may hold tokens is first counted in chunks (``ChunkCount``). Every text a row builder
-    tokenizes lands in at least one row, so the tokens handed out are a lower bound of the
-    request's row tokens too, and stop the plan once past that limit."""
-
-    def __init__(self, tokenizer: Tokenizer, row_limit: int, request_limit: int) -> None:
-        self._tokenizer = tokenizer
-        self._row_limit = row_limit
-        self._request_limit = request_limit
-        self._handed_out = 0
-
-    @property
-    def bos_id(self) -> int | None:
-        return self._tokenizer.bos_id
-
-    def meter(self) -> ChunkCount:
-        """A counter for one text fed in chunks (a state as it is rendered)."""
-        return ChunkCount(self._tokenizer, self._row_limit)
-
-    def refuse_if_longer(self, text: str) -> None:
-        """Raises ``TooLong`` when ``text`` is certainly more tokens than a row may hold."""
-        if may_be_longer(text, self._row_limit):
-            count = self.meter()
-            for start in range(0, len(text), CHUNK_CHARS):
-                count(text[start:start + CHUNK_CHARS])
-
-    def tokenize(self, text: str) -> list[int]:
-        self.refuse_if_longer(text)
-        tokens = self._tokenizer.tokenize(text)
-        self._handed_out += len(tokens)
-        if self._handed_out > self._request_limit:
-            raise TooLong("request", self._handed_out)
-        return tokens
 
 
 class DecisionEngine:
@@ -303,7 +205,7 @@ class DecisionEngine:
              before_row: Callable[[], None] | None = None) -> Reading:
         """Plan a request and read every row of it (the only step that touches the model)."""
         return self._read(self.plan(request), before_row, _hidden_wanted(request),
-                          exact=wants_exact(request))
+                          exact=request.wants_exact)
 
     def _read(self, plan: RowPlan, before_row: Callable[[], None] | None,
               hidden_wanted: frozenset[str] = frozenset(), *, exact: bool = False) -> Reading:
@@ -320,8 +222,7 @@ class DecisionEngine:
                     loc=("model",), msg=f"model {self.model_name!r} cannot report its hidden "
                     "state, so it cannot answer or teach a taught question", type="value_error")])
         else:
-            logits = self._reader.read(plan.prefix, plan.rows, before_row, exact=exact)
-            hidden = {}
+            logits, hidden = self._reader.read(plan.prefix, plan.rows, before_row, exact=exact), {}
         priors = self._priors.read(self._reader, plan.prior_prefix, plan.prior_rows, before_row,
                                    exact=exact)
         return Reading(plan=plan, logits=logits, priors=priors, hidden=hidden)
@@ -331,8 +232,7 @@ class DecisionEngine:
         started = time.perf_counter()
         plan = self.plan(request)
         planned = time.perf_counter()
-        exact = wants_exact(request)
-        reading = self._read(plan, before_row, _hidden_wanted(request), exact=exact)
+        reading = self._read(plan, before_row, _hidden_wanted(request), exact=request.wants_exact)
         decoded = time.perf_counter()
         answers = assemble(request.questions, plan, reading.logits, self.profile,
                            reading.priors)
@@ -346,9 +246,8 @@ class DecisionEngine:
         rows_by_type: dict[str, int] = {}
         for row in plan.rows + plan.prior_rows:
             rows_by_type[types[row.question_id]] = rows_by_type.get(types[row.question_id], 0) + 1
-        batched = getattr(self._reader, "batched", False)
         return Decision(model=self.model_name, answers=answers, input_tokens=plan.input_tokens,
-                        decoding=("exact" if exact else "batched") if batched else "",
+                        decoding=_decoding(self._reader, request.wants_exact),
                         timings={"plan_ms": (planned - started) * 1000,
                                  "decode_ms": (decoded - planned) * 1000},
                         rows_by_type=rows_by_type,
@@ -356,9 +255,8 @@ class DecisionEngine:
                                 for question_id in request.hidden_for})
 
 
-def wants_exact(request: DecisionRequest) -> bool:
-    """Whether the request asks for the exact plan (``"x_exact": true``, SPEC §3.7)."""
-    return request.extensions.get("x_exact") is True
+def _decoding(reader: RowReader | None, exact: bool) -> str:
+    return ("exact" if exact else "batched") if getattr(reader, "batched", False) else ""
 
 
 def _hidden_wanted(request: DecisionRequest) -> frozenset[str]:

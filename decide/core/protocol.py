@@ -48,6 +48,11 @@ class DecisionRequest:
     def wants_default_model(self) -> bool:
         return means_default_model(self.model)
 
+    @property
+    def wants_exact(self) -> bool:
+        """The request asks for the exact plan (``"x_exact": true``, SPEC §3.7)."""
+        return self.extensions.get("x_exact") is True
+
 
 MAX_DEPTH = 200
 

@@ -39,8 +39,9 @@ def marked(open_door, tokenizer):
 
     def read(prefix: Sequence[int], rows: Sequence[Row],
              before_row: Callable[[], None] | None = None, *,
-             hidden: dict[int, list[float]] | None = None) -> list[list[float]]:
-        out = original(prefix, rows, before_row, hidden=hidden)
+             hidden: dict[int, list[float]] | None = None,
+             exact: bool = False) -> list[list[float]]:
+        out = original(prefix, rows, before_row, hidden=hidden, exact=exact)
         over_query = marker in prefix and set(prefix) >= query_tokens
         for index, row in enumerate(rows):
             if row.option == 1:  # "yes"

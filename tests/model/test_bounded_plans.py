@@ -9,8 +9,9 @@ import random
 
 import pytest
 
-from decide.core.engine import CUT_SLACK, DecisionEngine, Limits
+from decide.core.engine import DecisionEngine, Limits
 from decide.core.errors import RequestTooLarge
+from decide.core.plan_tokens import CUT_SLACK
 from decide.core.profile import Profile
 from decide.core.protocol import parse_request
 from decide.core.render import state_text

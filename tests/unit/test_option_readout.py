@@ -31,7 +31,7 @@ class ScriptedReader:
         self.over_state, self.prior, self.prior_prefix = over_state, prior, prior_prefix
         self.rows_read: list[tuple[bool, str]] = []
 
-    def read(self, prefix, rows, before_row=None):
+    def read(self, prefix, rows, before_row=None, *, exact=False):
         is_prior = tuple(prefix) == self.prior_prefix
         table = self.prior if is_prior else self.over_state
         out = []
@@ -195,7 +195,7 @@ def test_the_prior_cache_holds_digests_not_tokens_however_long_the_options():
     from decide.core.rows import Row
 
     class Reader:
-        def read(self, prefix, rows, before_row=None):
+        def read(self, prefix, rows, before_row=None, *, exact=False):
             return [[-0.5] * row.continuation for row in rows]
 
     cache = PriorCache(capacity=3)
@@ -225,7 +225,7 @@ def test_the_prior_cache_is_bounded_in_bytes_whatever_its_entry_count():
     from decide.core.rows import Row
 
     class Reader:
-        def read(self, prefix, rows, before_row=None):
+        def read(self, prefix, rows, before_row=None, *, exact=False):
             return [[-0.25] * row.continuation for row in rows]
 
     entry = KEY_BYTES + FLOAT_BYTES * 1000

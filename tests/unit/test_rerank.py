@@ -174,7 +174,7 @@ class _ByText:
         self.prior_prefix = prior_prefix
         self.rows: list[tuple[bool, str]] = []
 
-    def read(self, prefix, rows, before_row=None, *, hidden=None):
+    def read(self, prefix, rows, before_row=None, *, hidden=None, exact=False):
         is_prior = tuple(prefix) == self.prior_prefix
         out = []
         for row in rows:

@@ -126,7 +126,8 @@ class HiddenReader:
 
     def read(self, prefix: Sequence[int], rows: Sequence[Row],
              before_row: Callable[[], None] | None = None, *,
-             hidden: dict[int, list[float]] | None = None) -> list[list[float]]:
+             hidden: dict[int, list[float]] | None = None,
+             exact: bool = False) -> list[list[float]]:
         if hidden is not None:
             self.asked.append(sorted(hidden))
             for index in hidden:

@@ -1,0 +1,148 @@
+"""The reader's batched plan (``llm.batched``): how a round of rows is decoded in large
+multi-sequence batches, and the rounds of a request. A part of ``LlamaReader``, kept in a
+module of its own; the exact plans' packed rounds (``_decode_round``) go through
+``_decode_batches`` too."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import llama_cpp
+import numpy as np
+
+from decide.core.rows import Row
+from decide.llm.batched import Entry, batched_rounds, cut, entries, round_plan
+from decide.llm.gguf import GgufModel
+from decide.llm.llama_context import LlamaContext
+from decide.llm.log_softmax import LogSoftmax
+from decide.llm.packing import Batch, Item
+
+OPTION_SEQUENCES = 128
+"""Sequences of a packed context: the prefix's, a round's pieces and options, the padding's."""
+SPARE_CELLS = 256
+"""Cells a packed context holds beyond the context size: a round's padding."""
+
+
+class BatchedReading:
+    """What ``LlamaReader`` holds and does that this part uses (declared for the reader)."""
+
+    model: GgufModel
+    context_size: int
+    threads: int
+    batch_size: int
+    gpu_offload: int
+    tokens_decoded: int
+    tokens_padded: int
+    _multi_labels: LlamaContext | None
+
+    def _options(self) -> LlamaContext: ...
+    def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...]) -> None: ...
+    def _hidden_state(self, logits: np.ndarray) -> list[float]: ...
+    def _run(self, context: LlamaContext, count: int, where: str) -> None: ...
+
+    def _batched_labels(self) -> LlamaContext:
+        """The batched plan's context for label rows: on a CPU many sequences without flash
+        attention, as the exact plan reads label rows (flash attention's half-precision sums
+        moved label logits by up to 0.85 there); on a GPU the packed context (flash attention
+        is llama.cpp's choice for both plans there)."""
+        if self.gpu_offload != 0:
+            return self._options()
+        if self._multi_labels is None:
+            self._multi_labels = LlamaContext(self.model, cells=self.context_size + SPARE_CELLS,
+                                              threads=self.threads, batch_size=self.batch_size,
+                                              sequences=OPTION_SEQUENCES, flash_attention=False)
+        return self._multi_labels
+
+    def _decode_batches(self, context: LlamaContext, batches: Sequence[Batch], *, used: int,
+                        start: int, on_output: Callable[[int, Item, np.ndarray], None]) -> None:
+        """Decode a round's batches in sequences 1..``used``, each copied from the prefix's
+        (sequence 0, ``start`` tokens); ``on_output(index, item, logits)`` for every item whose
+        logits are read (``index``: its place in the round). Pads go to the last sequence, and
+        every sequence of the round is removed again at the end."""
+        padding = context.sequences - 1
+        memory = context.memory
+        first = 0
+        try:
+            for seq in range(1, 1 + used):
+                llama_cpp.llama_memory_seq_cp(memory, 0, seq, 0, start)
+            for batch in batches:
+                count = len(batch.items) + batch.pads
+                for index, item in enumerate(batch.items):
+                    context.tokens[index] = item.token
+                    context.positions[index] = item.pos
+                    context.seq_counts[index] = len(item.seqs)
+                    context.seq_ids[index][:len(item.seqs)] = item.seqs
+                for index in range(len(batch.items), count):
+                    context.tokens[index] = batch.items[0].token
+                    context.positions[index] = index - len(batch.items)
+                    context.seq_counts[index] = 1
+                    context.seq_ids[index][0] = padding
+                context.wants_logits[:count] = batch.outputs
+                self._run(context, count, f"in a packed round at position {start}")
+                self.tokens_decoded += len(batch.items)
+                self.tokens_padded += batch.pads
+                for index, item in enumerate(batch.items):
+                    if item.reads or item.label:
+                        on_output(first + index, item, context.logits(index))
+                first += len(batch.items)
+                if batch.pads:
+                    llama_cpp.llama_memory_seq_rm(memory, padding, -1, -1)
+        finally:
+            for seq in (*range(1, 1 + used), padding):
+                llama_cpp.llama_memory_seq_rm(memory, seq, -1, -1)
+            context.seq_counts[:] = 1
+            for row in context.seq_ids:
+                row[0] = 0
+
+    # The batched plan (a GPU's default): every row in large batches (``llm.batched``).
+
+    def _read_batched(self, prefix: tuple[int, ...], rows: Sequence[Row],
+                      results: list[list[float]], before_row: Callable[[], None] | None,
+                      hidden: dict[int, list[float]]) -> None:
+        """Every row in rounds of large batches; each round's rows ask ``before_row`` first.
+        Label rows get their label logits, option rows their option log-probabilities; rows
+        whose index is a key of ``hidden`` the hidden state where their first answer token is
+        read."""
+        everything = entries(rows)
+        for context, wanted in ((self._batched_labels(), True), (self._options(), False)):
+            indices = [index for index, entry in enumerate(everything)
+                       if entry.is_label == wanted]
+            if indices:
+                self._read_batched_in(context, prefix, [everything[index] for index in indices],
+                                      indices, results, before_row, hidden)
+
+    def _read_batched_in(self, context: LlamaContext, prefix: tuple[int, ...],
+                         plan_rows: list[Entry], indices: list[int], results: list[list[float]],
+                         before_row: Callable[[], None] | None,
+                         hidden: dict[int, list[float]]) -> None:
+        """``plan_rows`` (the request's rows ``indices``) in rounds in ``context``."""
+        for members in batched_rounds(plan_rows, seqs=context.sequences - 2,
+                                      cells=context.cells - len(prefix)):
+            if before_row is not None:
+                for _ in members:
+                    before_row()
+            self._ensure_prefix(context, prefix)
+            round_ = round_plan(plan_rows, members, start=len(prefix), first_seq=1)
+
+            def read(index: int, item: Item, logits: np.ndarray,
+                     labels: dict[int, int] = round_.labels) -> None:
+                member = labels.get(index)
+                if member is not None:
+                    row = indices[member]
+                    results[row] = [float(logits[token]) for token in plan_rows[member].label_ids]
+                    if row in hidden:
+                        hidden[row] = self._hidden_state(logits)
+                    return
+                normalised = LogSoftmax(logits)
+                for member, position, token in item.reads:
+                    row = indices[member]
+                    if not results[row]:
+                        results[row] = [0.0] * len(plan_rows[member].option)
+                    results[row][position] = normalised(token)
+                    if position == 0 and row in hidden:
+                        hidden[row] = self._hidden_state(logits)
+
+            batches = [Batch(chunk, 0, tuple(item.output for item in chunk))
+                       for chunk in cut(round_.items, context.batch_size)]
+            self._decode_batches(context, batches, used=round_.used, start=len(prefix),
+                                 on_output=read)
