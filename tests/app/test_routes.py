@@ -90,3 +90,27 @@ def test_a_batch_runs_every_item_and_pages_its_results(open_door):
 def test_the_read_only_routes_answer(open_door, path):
     response = open_door.client.get(path)
     assert response.status_code == 200, (path, response.text)
+
+
+def test_x_exact_is_checked_and_a_job_keeps_it_for_its_decode(open_door):
+    refused = open_door.client.post("/v1/systemone", json={
+        "state": "My card was charged twice.", "questions": QUESTIONS, "x_exact": "yes"})
+    assert refused.status_code == 422, refused.text
+    assert "x_exact" in refused.text and "true" in refused.text
+    open_door.worker.holding = True
+    queued = open_door.client.post("/v1/jobs", json={
+        "state": "Where is my parcel?", "questions": {"team": CHOICE}, "x_exact": True})
+    assert queued.status_code == 202, queued.text
+    asked = []
+    read = open_door.reader.read
+
+    def recording(prefix, rows, before_row=None, *, hidden=None, exact=False):
+        asked.append(exact)
+        return read(prefix, rows, before_row, hidden=hidden, exact=exact)
+
+    open_door.reader.read = recording
+    try:
+        assert open_door.worker.release() == ["succeeded"]
+    finally:
+        open_door.reader.read = read
+    assert asked and set(asked) == {True}
