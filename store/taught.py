@@ -79,14 +79,15 @@ def _taught(values: dict[str, Any], job_status: str | None = None,
 
 def create_taught(db: Engine, *, owner: str, model: str, match_key: str,
                   question: dict[str, Any], examples: list[dict[str, Any]], from_labels: bool,
-                  rows: int, input_tokens: int, example_count: int,
+                  rows: int, input_tokens: int, example_count: int, use: str = "auto",
                   admit: Admit | None = None) -> tuple[TaughtRecord, JobRecord]:
     """A queued taught question and its fit job, in one transaction; ``admit`` runs in it
     before the inserts (the key's quotas, ``store.quota``), charged what both store."""
     taught_id = new_id("tq")
     now = read_database_now(db)
     job_values = {"id": new_id("job"), "owner": owner, "model": model, "priority": "background",
-                  "status": QUEUED, "request": json.dumps({"model": model, TEACH_FIELD: taught_id}),
+                  "status": QUEUED,
+                  "request": json.dumps({"model": model, TEACH_FIELD: taught_id, "use": use}),
                   "metadata": None, "rows": rows, "input_tokens": input_tokens,
                   "idempotency_key": None, "request_hash": None, "cancel_requested": False,
                   "decode_runs": 0, "created_at": now, "sync_waiters": 0, "kind": FIT}
@@ -176,18 +177,26 @@ def finish_fit(db: Engine, taught_id: str, *, readout: dict[str, Any] | None,
 
 def ready_matches(db: Engine, *, owner: str,
                   match_keys: list[str]) -> dict[str, tuple[str, str | None]]:
-    """The newest ready taught question of ``owner`` for each match key that has one: its id
-    and the identity of the model file it was fitted on."""
+    """The newest ready taught question of ``owner`` for each match key that has one whose fit
+    is used (its gate passed, or it is taught to be used always; ``decide.teach.fit.gate``):
+    its id and the identity of the model file it was fitted on."""
     if not match_keys:
         return {}
     query = (select(taught_questions.c.match_key, taught_questions.c.id,
-                    taught_questions.c.model_identity)
+                    taught_questions.c.model_identity, taught_questions.c.fit)
              .where(taught_questions.c.owner == owner,
                     taught_questions.c.match_key.in_(sorted(set(match_keys))),
                     taught_questions.c.status == READY)
              .order_by(taught_questions.c.id))
     with db.connect() as connection:
-        return {row.match_key: (row.id, row.model_identity) for row in connection.execute(query)}
+        return {row.match_key: (row.id, row.model_identity) for row in connection.execute(query)
+                if _used(row.fit)}
+
+
+def _used(fit: str | None) -> bool:
+    """A fit answers unless its gate says it is unused (fits from before the gate answer)."""
+    gate = (json.loads(fit) if fit else {}).get("gate") or {}
+    return gate.get("used", True) is not False
 
 
 def readout_of(db: Engine, taught_id: str, owner: str) -> tuple[str, dict[str, Any]] | None:

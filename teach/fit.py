@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from decide.core.taught import ORDINAL, SOFTMAX, TaughtReadout, zero_shot_feature
+from decide.core.taught import (
+    ALWAYS,
+    AUTO,
+    ORDINAL,
+    SOFTMAX,
+    TaughtReadout,
+    zero_shot_feature,
+)
 
 PENALTIES = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 """The L2 penalties tried (on the mean log-loss, over standardised features)."""
@@ -24,6 +31,10 @@ FOLDS = 5
 CURVE_SIZES = (5, 10, 20, 40, 80, 160)
 """Examples a learning curve is fitted on (each below the examples given)."""
 ECE_BINS = 10
+GATE_STANDARD_ERRORS = 1.0
+"""The gate: a fit answers only where its cross-validated log-loss beats the zero-shot
+readout's on the same examples by more than this many standard errors of their per-example
+difference (``gate``; the margin's figures are in EVALUATION.md)."""
 MIN_SCALE = 1e-6
 MAX_ITERATIONS = 500
 
@@ -36,7 +47,8 @@ class Fitted:
 
 def fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
                 answers: Sequence[str], *, ordinal: bool,
-                zero_shot: np.ndarray | None = None, model_identity: str = "") -> Fitted:
+                zero_shot: np.ndarray | None = None, model_identity: str = "",
+                use: str = AUTO) -> Fitted:
     """Fit on ``hidden`` (examples × hidden size) and ``labels`` (answer indices); with
     ``zero_shot`` (the zero-shot readout's probabilities, examples × answers), each answer's
     zero-shot log-probability is read as a feature too (it lifted the cross-validated accuracy
@@ -49,7 +61,8 @@ def fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
     ``figures`` holds the examples per answer, the cross-validated accuracy, ECE and log-loss
     of the taught readout (out-of-fold predictions under the chosen penalty), the zero-shot
     readout's on the same examples (``zero_shot``: its probabilities, examples × answers), a
-    learning curve, and the time the fit took."""
+    learning curve, the gate (``gate``: whether it answers, and why; ``use`` ``always``
+    overrides it), and the time the fit took."""
     started = time.perf_counter()
     x = np.asarray(hidden, dtype=np.float64)
     uses_zero_shot = zero_shot is not None
@@ -81,7 +94,11 @@ def fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
         "folds": fold_count(y),
         "taught": scores(out_of_fold, y),
         "zero_shot": None if zero_shot is None else scores(np.asarray(zero_shot), y),
-        "learning_curve": learning_curve(x, y, k, ordinal=ordinal),
+        "learning_curve": learning_curve(x, y, k, ordinal=ordinal,
+                                         zero_shot=None if zero_shot is None
+                                         else np.asarray(zero_shot)),
+        "gate": gate(out_of_fold, None if zero_shot is None else np.asarray(zero_shot), y,
+                     use=use),
     }
     figures["fit_ms"] = round((time.perf_counter() - started) * 1000, 1)
     return Fitted(readout=readout, figures=figures)
@@ -105,6 +122,42 @@ def scores(probabilities: np.ndarray, y: np.ndarray) -> dict[str, float]:
     return {"accuracy": round(float(correct.mean()), 4),
             "ece": round(float(total / len(y)), 4),
             "log_loss": round(float(-np.log(chosen).mean()), 4)}
+
+
+def gate(taught: np.ndarray, zero_shot: np.ndarray | None, y: np.ndarray, *,
+         use: str = AUTO) -> dict[str, Any]:
+    """Whether a fit answers (issue 34: never worse than not teaching): its out-of-fold
+    probabilities ``taught`` against the zero-shot readout's on the same examples. It answers
+    where its mean log-loss is lower by more than ``GATE_STANDARD_ERRORS`` standard errors of
+    the per-example difference, or where ``use`` is ``always``; otherwise the taught question
+    is ready but unused, and matching questions are answered zero-shot."""
+    if zero_shot is None:
+        return {"used": True, "use": use, "reason": "no zero-shot readout to compare with"}
+    taught_losses, zero_losses = _losses(taught, y), _losses(zero_shot, y)
+    difference = taught_losses - zero_losses
+    spread = float(difference.std(ddof=1)) if len(y) > 1 else float("inf")
+    margin = GATE_STANDARD_ERRORS * spread / max(len(y), 1) ** 0.5
+    gain = -float(difference.mean())
+    beats = gain > margin
+    figures = {"taught_log_loss": round(float(taught_losses.mean()), 4),
+               "zero_shot_log_loss": round(float(zero_losses.mean()), 4),
+               "margin": round(margin, 4)}
+    compared = (f"its cross-validated log-loss {figures['taught_log_loss']:.4f} against "
+                f"zero-shot's {figures['zero_shot_log_loss']:.4f} on the same examples")
+    if beats:
+        reason = f"{compared}: lower by more than the margin {margin:.4f}"
+    elif use == ALWAYS:
+        reason = (f"use is always, though {compared} is not lower by more than the margin "
+                  f"{margin:.4f}")
+    else:
+        reason = (f"answers stay zero-shot: {compared} is not lower by more than the margin "
+                  f"{margin:.4f} (one standard error of the difference); teach more examples, "
+                  "or use always")
+    return {"used": beats or use == ALWAYS, "use": use, "reason": reason, **figures}
+
+
+def _losses(probabilities: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return -np.log(np.clip(probabilities[np.arange(len(y)), y], 1e-12, 1.0))
 
 
 def _log_loss(probabilities: np.ndarray, y: np.ndarray) -> float:
@@ -165,20 +218,29 @@ def curve_subset(y: np.ndarray, size: int) -> np.ndarray:
     return np.array(sorted(chosen), dtype=np.int64)
 
 
-def learning_curve(x: np.ndarray, y: np.ndarray, k: int, *,
-                   ordinal: bool) -> list[dict[str, Any]]:
+def learning_curve(x: np.ndarray, y: np.ndarray, k: int, *, ordinal: bool,
+                   zero_shot: np.ndarray | None = None) -> list[dict[str, Any]]:
     """For each size below the examples given: a readout fitted on that many (its penalty
-    chosen by cross-validation within them), scored on all the other examples."""
+    chosen by cross-validation within them), scored on all the other examples. With
+    ``zero_shot``, each point also scores the zero-shot readout on them and the answers served
+    (``served``: the taught readout's where the gate, judged on the fitted examples alone,
+    passes; else zero-shot's)."""
     points = []
     for size in CURVE_SIZES:
         if size >= len(y):
             break
         chosen = curve_subset(y, size)
         rest = np.setdiff1d(np.arange(len(y)), chosen)
-        penalty, _ = choose_penalty(x[chosen], y[chosen], k, ordinal=ordinal)
+        penalty, out_of_fold = choose_penalty(x[chosen], y[chosen], k, ordinal=ordinal)
         model = _Model.fit(x[chosen], y[chosen], k, ordinal=ordinal, penalty=penalty)
-        points.append({"examples": size, "held_out": len(rest),
-                       **scores(model.predict(x[rest]), y[rest])})
+        taught = model.predict(x[rest])
+        point: dict[str, Any] = {"examples": size, "held_out": len(rest),
+                                 **scores(taught, y[rest])}
+        if zero_shot is not None:
+            used = gate(out_of_fold, zero_shot[chosen], y[chosen])["used"]
+            point.update(used=used, zero_shot=scores(zero_shot[rest], y[rest]),
+                         served=scores(taught if used else zero_shot[rest], y[rest]))
+        points.append(point)
     return points
 
 

@@ -22,6 +22,7 @@ from decide.core.errors import DecideError, FieldError, InvalidRequest
 from decide.core.protocol import DecisionRequest
 from decide.core.questions import Question, ScoreQuestion
 from decide.core.taught import (
+    AUTO,
     MAX_EXAMPLES,
     TaughtReadout,
     answer_index,
@@ -71,7 +72,7 @@ def run_fit(db: Database, job: JobRecord, engine: Decides,
     if record is None:
         raise FitFailed(f"taught question {taught_id} was deleted before it was fitted")
     try:
-        return _fit(db, record, engine, before_row)
+        return _fit(db, record, engine, before_row, use=job.request.get("use", AUTO))
     except FitFailed as failure:
         taught_store.finish_fit(db, taught_id, readout=None, fit=None, model_identity=None,
                                 error={"error_type": "fit_failed", "message": str(failure)})
@@ -79,7 +80,7 @@ def run_fit(db: Database, job: JobRecord, engine: Decides,
 
 
 def _fit(db: Database, record: taught_store.TaughtRecord, engine: Decides,
-         before_row: Callable[[], None]) -> tuple[dict[str, Any], int]:
+         before_row: Callable[[], None], *, use: str) -> tuple[dict[str, Any], int]:
     question = stored_question(record.question)
     examples = list(record.examples or [])
     if record.from_labels:
@@ -87,7 +88,7 @@ def _fit(db: Database, record: taught_store.TaughtRecord, engine: Decides,
                                                    match_key=record.match_key,
                                                    limit=MAX_EXAMPLES)
     fitted, figures, tokens = fit_examples(record.id, question, examples[:MAX_EXAMPLES], engine,
-                                           before_row)
+                                           before_row, use=use)
     if not taught_store.finish_fit(db, record.id, readout=fitted.readout.to_json(),
                                    fit=figures, model_identity=fitted.readout.model_identity,
                                    error=None):
@@ -96,11 +97,12 @@ def _fit(db: Database, record: taught_store.TaughtRecord, engine: Decides,
 
 
 def fit_examples(taught_id: str, question: Question, examples: list[dict[str, Any]],
-                 engine: Decides, before_row: Callable[[], None] | None = None
-                 ) -> tuple[Fitted, dict[str, Any], int]:
+                 engine: Decides, before_row: Callable[[], None] | None = None, *,
+                 use: str = AUTO) -> tuple[Fitted, dict[str, Any], int]:
     """Decode each example (``{"state", "answer"}``) with its hidden state reported, then fit:
-    the fitted readout, its figures (with the decode's and the whole fit's time) and the tokens
-    decoded. ``question`` is read zero-shot (its ``taught`` is False)."""
+    the fitted readout, its figures (with the decode's and the whole fit's time, and its gate:
+    ``use`` ``always`` or ``auto``) and the tokens decoded. ``question`` is read zero-shot (its
+    ``taught`` is False)."""
     started = time.perf_counter()
     keys = answer_keys(question)
     hidden, labels, zero_shot = [], [], []
@@ -125,7 +127,7 @@ def fit_examples(taught_id: str, question: Question, examples: list[dict[str, An
     decoded = time.perf_counter()
     fitted = fit_readout(taught_id, np.array(hidden), labels, keys,
                          ordinal=isinstance(question, ScoreQuestion),
-                         zero_shot=np.array(zero_shot), model_identity=identity)
+                         zero_shot=np.array(zero_shot), model_identity=identity, use=use)
     figures = {**fitted.figures, "decode_ms": round((decoded - started) * 1000, 1),
                "seconds": round(time.perf_counter() - started, 3)}
     return fitted, figures, tokens

@@ -26,7 +26,7 @@ from decide.api.views import timestamp
 from decide.api.waiting import wait_finished
 from decide.core.protocol import MAX_WAIT_SECONDS, parse_request
 from decide.core.questions import json_kind
-from decide.core.taught import MAX_EXAMPLES, match_key
+from decide.core.taught import ALWAYS, AUTO, MAX_EXAMPLES, match_key
 from decide.store import job_reads, jobs
 from decide.store import taught as taught_store
 
@@ -55,6 +55,10 @@ def _teach(ctx: ApiContext, owner: str, body: Any) -> taught_store.TaughtRecord:
     from_labels = body.get("from_labels", False)
     if not isinstance(from_labels, bool):
         raise invalid("body", ["from_labels"], "from_labels must be true or false", "bool_type")
+    use = body.get("use", AUTO)
+    if use not in (AUTO, ALWAYS):
+        raise invalid("body", ["use"], "use must be \"auto\" (answer only where the fit beats "
+                      "zero-shot on its examples) or \"always\"", "literal_error")
     key = match_key(config.name, question)
     labelled = (taught_store.labelled_examples(ctx.db, owner=owner, match_key=key,
                                                limit=MAX_EXAMPLES + 1) if from_labels else [])
@@ -65,7 +69,7 @@ def _teach(ctx: ApiContext, owner: str, body: Any) -> taught_store.TaughtRecord:
     check_lane(ctx, config.name, PRIORITY, rows)
     record, job = taught_store.create_taught(
         ctx.db, owner=owner, model=config.name, match_key=key, question=body["question"],
-        examples=examples, from_labels=from_labels, rows=rows, input_tokens=tokens,
+        examples=examples, from_labels=from_labels, use=use, rows=rows, input_tokens=tokens,
         example_count=len(examples) + len(labelled),
         admit=ctx.quotas.admission(owner, PRIORITY, rows))
     metrics.jobs_submitted.labels(job.model, PRIORITY).inc()

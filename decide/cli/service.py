@@ -338,14 +338,15 @@ def check_teachable(path: str, question: dict[str, Any],
 
 
 def teach_in_process(question: dict[str, Any], examples: list[dict[str, Any]],
-                     model: str | None) -> dict[str, Any]:
+                     model: str | None, *, use: str = "auto") -> dict[str, Any]:
     """``decide teach`` without ``--url``: fit on a model loaded here; the figures only."""
     settings = Settings()
     loaded = _loaded_engines.get(model)
     if loaded is None:
         loaded = _loaded_engines[model] = _load_engine(load_catalog(settings).get(model),
                                                        settings)
-    _, figures, _ = fit_examples("tq_local", stored_question(question), examples, loaded.engine)
+    _, figures, _ = fit_examples("tq_local", stored_question(question), examples, loaded.engine,
+                                 use=use)
     return figures
 
 

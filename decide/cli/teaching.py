@@ -80,6 +80,9 @@ def render_fit(question: dict[str, Any], status: str, fit: dict[str, Any] | None
     if curve:
         lines.append("  learning curve (accuracy on the other examples): " + ", ".join(
             f"{point['examples']} → {point['accuracy']:.2f}" for point in curve))
+    gate = fit.get("gate")
+    if gate:
+        lines.append(f"  {'USED' if gate['used'] else 'NOT USED'}: {gate['reason']}")
     where = f"{taught_id} ready" if taught_id else "fitted"
     lines.append(f"  {where} in {fit.get('seconds', fit['fit_ms'] / 1000):.1f} s")
     return "\n".join(lines) + "\n"
@@ -92,7 +95,7 @@ def teach_command(args: argparse.Namespace) -> int:
         with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
             for question, examples in groups:
                 taught = client.teach(question, first_per_answer(examples, args.per_question),
-                                      model=args.model, wait=args.wait)
+                                      model=args.model, wait=args.wait, use=args.use)
                 failed += taught.status != "ready"
                 print(render_fit(question, taught.status, taught.fit, taught.error,
                                  taught.id), flush=True)
@@ -105,7 +108,7 @@ def teach_command(args: argparse.Namespace) -> int:
     for question, examples in chosen:  # all of them, before a model is loaded
         check_teachable(args.file, question, examples)
     for question, examples in chosen:
-        fit = teach_in_process(question, examples, args.model)
+        fit = teach_in_process(question, examples, args.model, use=args.use)
         print(render_fit(question, "fitted", fit, None), flush=True)
     return 0
 
@@ -119,6 +122,9 @@ def add_teach_parser(commands: Any, service_url: str | None) -> None:
     teach.add_argument("--model", help="a configured model (default: the default)")
     teach.add_argument("--per-question", type=whole_number("--per-question"),
                        help="only the first N examples of each question, answers in turn")
+    teach.add_argument("--use", choices=("auto", "always"), default="auto",
+                       help="auto (default): a fit answers only where it beats zero-shot on "
+                            "its examples; always: answer with it anyway")
     teach.add_argument("--wait", type=positive_seconds("--wait"), default=600.0,
                        help="seconds to wait for each fit through --url (default 600)")
     add_service_args(teach, service_url)

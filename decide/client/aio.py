@@ -152,10 +152,11 @@ class AsyncClient:
 
     async def teach(self, question: Mapping[str, Any],
                     examples: Iterable[Mapping[str, Any]] = (), *, model: str | None = None,
-                    from_labels: bool = False, wait: float | None = 300.0) -> TaughtQuestion:
+                    from_labels: bool = False, wait: float | None = 300.0,
+                    use: str = "auto") -> TaughtQuestion:
         created, _ = await self._call("POST", "/v1/questions",
                                       json_body=calls.teach_body(question, examples, model,
-                                                                 from_labels))
+                                                                 from_labels, use))
         taught = TaughtQuestion.from_wire(created)
         return await self.taught(taught.id, wait=wait) if wait else taught
 

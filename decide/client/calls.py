@@ -193,13 +193,15 @@ class Retries:
 
 
 def teach_body(question: Mapping[str, Any], examples: Iterable[Mapping[str, Any]],
-               model: str | None, from_labels: bool) -> dict[str, Any]:
+               model: str | None, from_labels: bool, use: str = "auto") -> dict[str, Any]:
     """The body of ``POST /v1/questions``."""
     body: dict[str, Any] = {"question": dict(question),
                             "examples": [dict(example) for example in examples],
                             "from_labels": from_labels}
     if model is not None:
         body["model"] = model
+    if use != "auto":
+        body["use"] = use
     return body
 
 

@@ -168,12 +168,13 @@ class Client:
 
     def teach(self, question: Mapping[str, Any], examples: Iterable[Mapping[str, Any]] = (),
               *, model: str | None = None, from_labels: bool = False,
-              wait: float | None = 300.0) -> TaughtQuestion:
+              wait: float | None = 300.0, use: str = "auto") -> TaughtQuestion:
         """Teach a question from labelled examples (``{"state", "answer"}``), and by default
-        wait up to ``wait`` seconds for its fit (``status`` ``ready`` or ``failed``)."""
+        wait up to ``wait`` seconds for its fit (``status`` ``ready`` or ``failed``).
+        ``use="always"``: answer with the fit even where it does not beat zero-shot."""
         created, _ = self._call("POST", "/v1/questions",
                                 json_body=calls.teach_body(question, examples, model,
-                                                           from_labels))
+                                                           from_labels, use))
         taught = TaughtQuestion.from_wire(created)
         return self.taught(taught.id, wait=wait) if wait else taught
 

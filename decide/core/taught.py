@@ -31,6 +31,9 @@ TAUGHT_ID_PREFIX = "tq_"
 SOFTMAX = "softmax"
 ORDINAL = "ordinal"
 READOUT_VERSION = 1
+AUTO, ALWAYS = "auto", "always"
+"""A taught question's ``use``: answer only where its fit beats zero-shot on its examples (the
+gate, ``decide.teach.fit.gate``), or always."""
 MIN_EXAMPLES_PER_ANSWER = 1
 """Every answer of a taught question needs at least this many examples."""
 MIN_EXAMPLES = 4

@@ -127,3 +127,42 @@ def test_a_model_whose_hidden_state_cannot_be_read_cannot_be_taught(tmp_path):
         check_readable(ctx, "headless")
     assert refused.value.errors[0].loc == ("model",)
     assert "no output head" in refused.value.errors[0].msg
+
+
+def test_the_gate_uses_a_fit_only_where_it_beats_zero_shot_by_more_than_the_margin():
+    y = np.array([0, 1] * 10)
+    good = np.where(np.eye(2)[y] == 1, 0.9, 0.1)    # right and sure
+    poor = np.full((20, 2), 0.5)                     # no better than a coin
+    assert fit.gate(good, poor, y)["used"] is True
+    worse = fit.gate(poor, good, y)
+    assert worse["used"] is False and "answers stay zero-shot" in worse["reason"]
+    assert worse["taught_log_loss"] > worse["zero_shot_log_loss"]
+    assert fit.gate(poor, good, y, use="always")["used"] is True
+    level = fit.gate(good, good, y)  # as good as zero-shot is not better: zero-shot answers
+    assert level["used"] is False and level["margin"] == 0
+    noisy = np.where(np.eye(2)[y] == 1, 0.55, 0.45)
+    noisy[0] = [0.01, 0.99]  # a little better on average, one example far worse: not enough
+    assert fit.gate(noisy, poor, y)["used"] is False
+    assert fit.gate(good, None, y)["used"] is True  # nothing to compare with
+
+
+def test_a_fit_worse_than_zero_shot_is_not_used_and_the_curve_serves_zero_shot():
+    """Features that carry nothing, against a zero-shot readout that is right 7 times in 10
+    and says 0.7 (calibrated: nothing to sharpen): the gate keeps zero-shot, and the learning
+    curve's answers served are zero-shot's wherever the gate said so."""
+    generator = np.random.default_rng(7)
+    y = np.array([0, 1] * 20)
+    noise = generator.normal(size=(40, 8))
+    right = np.arange(40) % 10 < 7
+    picked = np.where(right, y, 1 - y)
+    zero_shot = np.where(np.eye(2)[picked] == 1, 0.7, 0.3)
+    fitted = fit_readout("tq_1", noise, y, ["no", "yes"], ordinal=False,
+                         zero_shot=zero_shot)
+    gate = fitted.figures["gate"]
+    assert gate["used"] is False and gate["use"] == "auto"
+    for point in fitted.figures["learning_curve"]:
+        assert point["served"]["accuracy"] >= point["zero_shot"]["accuracy"]
+        if not point["used"]:
+            assert point["served"] == point["zero_shot"]
+    assert fit_readout("tq_1", noise, y, ["no", "yes"], ordinal=False, zero_shot=zero_shot,
+                       use="always").figures["gate"]["used"] is True
