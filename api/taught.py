@@ -125,11 +125,16 @@ def checked_question(raw: Any) -> Question:
 
 
 def check_examples(raw: Any, question: Question, *, labelled: int,
-                   labelled_answers: list[Any]) -> list[dict[str, Any]]:
+                   labelled_answers: list[Any], from_labels: bool = False
+                   ) -> list[dict[str, Any]]:
     """``examples``: a list of ``{"state", "answer"}``; every answer a valid one, every answer
     of the question given at least ``MIN_EXAMPLES_PER_ANSWER`` times (labels counted)."""
     if raw is None:
         raw = []
+    if from_labels and not labelled and not raw:
+        raise _refuse(("from_labels",), "nothing is labelled for this question yet: label "
+                      "decisions that asked it (POST /v1/jobs/{id}/labels), or give examples",
+                      "value_error")
     if not isinstance(raw, list):
         raise _refuse(("examples",), f"examples must be a list of {{\"state\", \"answer\"}} "
                       f"objects, not {json_kind(raw)}", "list_type")

@@ -66,8 +66,9 @@ class EmbeddedServer:
 
 
 def teach(client: httpx.Client, question: dict[str, Any], examples: list[dict[str, Any]],
-          seconds: float = 900) -> dict[str, Any]:
-    created = client.post("/v1/questions", json={"question": question, "examples": examples})
+          seconds: float = 900, use: str = "auto") -> dict[str, Any]:
+    created = client.post("/v1/questions", json={"question": question, "examples": examples,
+                                                 "use": use})
     created.raise_for_status()
     taught_id = created.json()["id"]
     deadline = time.monotonic() + seconds
@@ -120,6 +121,14 @@ def quality(client: httpx.Client, sizes: list[int]) -> None:
               f"{summary['ece']:.3f}   {summary['taught_answers']:>5}          {domains}")
     print("    rotation survival at the last size: "
           f"{rows[-1][1]['rotation_survival']:.2f}")
+    print("    the gate (fits used, of each size's; a fit unused leaves its question zero-shot):")
+    for name, _, fits in rows[1:]:
+        verdicts = ", ".join(f"{fit['question'].get('instructions', '')[:24]!r} "
+                             f"{'used' if fit['fit']['gate']['used'] else 'unused'} "
+                             f"({fit['fit']['gate']['taught_log_loss']:.2f} vs "
+                             f"{fit['fit']['gate']['zero_shot_log_loss']:.2f})"
+                             for fit in fits or [])
+        print(f"    {name}: {verdicts}")
     last_fits = rows[-1][2] or []
     for fit in last_fits:
         figures = fit["fit"]
@@ -141,7 +150,7 @@ def cost(client: httpx.Client, calls: int) -> None:
                {"state": "When does the sale end?", "answer": "no"}])
     forget_all(client)
     for question, examples in (route, urgency, refund):
-        teach(client, question, examples)
+        teach(client, question, examples, use="always")  # the cost of a taught answer
     taught = {"route": route[0], "refund": refund[0], "urgency": urgency[0]}
     zero_shot = {key: {**value, "x_taught": False} for key, value in taught.items()}
     states = [item["state"] for item in load_set(DECISIONS)][:calls]

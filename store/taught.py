@@ -227,6 +227,15 @@ def save_labels(db: Engine, *, job_id: str, owner: str,
                       "created_at": row["created_at"]}))
 
 
+def job_labels_of(db: Engine, *, job_id: str, owner: str) -> dict[str, Any]:
+    """The right answers recorded for a past decision: question key → answer."""
+    query = (select(job_labels.c.question_key, job_labels.c.answer)
+             .where(job_labels.c.job_id == job_id, job_labels.c.owner == owner)
+             .order_by(job_labels.c.question_key))
+    with db.connect() as connection:
+        return {row.question_key: json.loads(row.answer) for row in connection.execute(query)}
+
+
 def labelled_examples(db: Engine, *, owner: str, match_key: str,
                       limit: int) -> list[dict[str, Any]]:
     """Every labelled decision of ``owner`` for a question, as examples ``{"state", "answer"}``

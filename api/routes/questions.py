@@ -63,7 +63,8 @@ def _teach(ctx: ApiContext, owner: str, body: Any) -> taught_store.TaughtRecord:
     labelled = (taught_store.labelled_examples(ctx.db, owner=owner, match_key=key,
                                                limit=MAX_EXAMPLES + 1) if from_labels else [])
     examples = check_examples(body.get("examples"), question, labelled=len(labelled),
-                              labelled_answers=[label["answer"] for label in labelled])
+                              labelled_answers=[label["answer"] for label in labelled],
+                              from_labels=from_labels)
     check_readable(ctx, config.name)
     rows, tokens = example_rows(ctx, config.name, question, examples + labelled)
     check_lane(ctx, config.name, PRIORITY, rows)
@@ -146,3 +147,17 @@ async def label_job(job_id: str, request: Request, ctx: Context, owner: Owner) -
     body = await read_json(request)
     return await run_in_threadpool(_label, ctx, owner, job_id, body)
 
+
+
+def _labels_of(ctx: ApiContext, owner: str, job_id: str) -> dict[str, Any]:
+    job = owned_job(ctx, job_id, owner)
+    if job.kind != jobs.DECISION:
+        raise not_found(f"no job {job_id!r}")
+    return {"job_id": job_id, "object": "labels",
+            "answers": taught_store.job_labels_of(ctx.db, job_id=job_id, owner=owner)}
+
+
+@router.get("/v1/jobs/{job_id}/labels")
+async def read_labels(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
+    """The right answers recorded for a past decision (``{}`` where none is)."""
+    return await run_in_threadpool(_labels_of, ctx, owner, job_id)

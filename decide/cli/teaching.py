@@ -10,8 +10,16 @@ from typing import Any
 
 from decide.cli.common import add_service_args, positive_seconds, reading, whole_number
 from decide.client import Client
+from decide.core.protocol import is_blank_state
 from decide.core.questions import Collector, parse_question
-from decide.core.taught import match_key
+from decide.core.taught import (
+    MIN_EXAMPLES,
+    MIN_EXAMPLES_PER_ANSWER,
+    allowed_answers,
+    answer_index,
+    answer_keys,
+    match_key,
+)
 
 
 def read_examples(path: str) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
@@ -37,12 +45,40 @@ def read_examples(path: str) -> list[tuple[dict[str, Any], list[dict[str, Any]]]
             question = parse_question("question", item["question"], errors)
             if question is None:
                 raise ValueError(f"{where}: {errors.errors[0].describe()}")
+            if answer_index(question, answer) is None:
+                raise ValueError(f"{where}: answer {answer!r} is not an answer of this "
+                                 f"question: it must be {allowed_answers(question)}")
+            state = item["state"]
+            if not isinstance(state, (str, dict, list)) or is_blank_state(state):
+                raise ValueError(f"{where}: state must be a non-blank string, an object or an "
+                                 "array")
             key = match_key("", question)
             groups.setdefault(key, (item["question"], []))[1].append(
-                {"state": item["state"], "answer": answer})
+                {"state": state, "answer": answer})
     if not groups:
         raise ValueError(f"{path} holds no examples")
     return list(groups.values())
+
+
+def check_groups(path: str, groups: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> None:
+    """Every question of the file has an example of each answer and enough in all, checked
+    before anything is taught (a file is taught whole or not at all)."""
+    for question, examples in groups:
+        parsed = parse_question("question", question, Collector())
+        assert parsed is not None  # read_examples parsed it
+        keys = answer_keys(parsed)
+        counts = [0] * len(keys)
+        for example in examples:
+            counts[answer_index(parsed, example["answer"]) or 0] += 1
+        lacking = [key for key, count in zip(keys, counts, strict=True)
+                   if count < MIN_EXAMPLES_PER_ANSWER]
+        title = question.get("instructions") or question.get("type")
+        if lacking:
+            raise ValueError(f"{path}: question {title!r}: every answer needs an example; "
+                             f"these have none: {', '.join(map(repr, lacking))}")
+        if len(examples) < MIN_EXAMPLES:
+            raise ValueError(f"{path}: question {title!r}: a taught question needs at least "
+                             f"{MIN_EXAMPLES} examples; it has {len(examples)}")
 
 
 def first_per_answer(examples: list[dict[str, Any]], count: int | None) -> list[dict[str, Any]]:
@@ -92,6 +128,8 @@ def teach_command(args: argparse.Namespace) -> int:
     groups = read_examples(args.file)
     failed = 0
     if args.url:
+        check_groups(args.file, [(question, first_per_answer(examples, args.per_question))
+                                 for question, examples in groups])
         with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
             for question, examples in groups:
                 taught = client.teach(question, first_per_answer(examples, args.per_question),

@@ -205,7 +205,7 @@ def write_examples(path: Path, answers: list[str]) -> Path:
                     "'no'"),
     (["yes"] * 6, None, "these have fewer: 'no'"),
     (["yes", "no", "yes"], None, "a taught question needs at least 4 examples; it has 3"),
-    (["yes", "no", "maybe", "yes", "no"], None, "examples.2.answer: answer 'maybe' is not"),
+    (["yes", "no", "maybe", "yes", "no"], None, "line 3: answer 'maybe' is not an answer"),
     (["yes", "no"] * 3, "1", "these have fewer: 'no'"),
 ])
 def test_teach_in_process_checks_the_examples_as_the_service_does(tmp_path, capsys, answers,
@@ -214,7 +214,8 @@ def test_teach_in_process_checks_the_examples_as_the_service_does(tmp_path, caps
     path = write_examples(tmp_path / "examples.jsonl", answers)
     extra = ["--per-question", per_question] if per_question else []
     told = said(capsys, ["teach", str(path), "--url", "", *extra])
-    assert told.startswith(f"{path}: question 'Refund asked?': ")
+    assert told.startswith(f"{path}, line 3: " if "line" in words
+                           else f"{path}: question 'Refund asked?': ")
     assert words in told
 
 

@@ -51,3 +51,48 @@ def test_the_first_examples_are_taken_answer_by_answer():
 def test_a_failed_fit_is_shown_with_its_reason():
     shown = render_fit(NOUL, "failed", None, {"message": "worker_crashed"}, "tq_1")
     assert shown == "Refund asked?\n  tq_1 failed: worker_crashed\n"
+
+
+def test_a_bad_answer_or_state_names_the_file_and_line_before_anything_is_taught(tmp_path,
+                                                                               monkeypatch,
+                                                                               capsys):
+    """``decide teach --url``: the whole file is checked first; nothing reaches the service."""
+    from decide.cli.main import main
+
+    good = [{"state": f"s{index}", "question": NOUL, "answer": ["yes", "no"][index % 2]}
+            for index in range(4)]
+    taught: list = []
+    monkeypatch.setattr("decide.cli.teaching.Client.teach",
+                        lambda *args, **kwargs: taught.append(args))
+    for bad, words in ([{"state": "x", "question": NOUL, "answer": "maybe"}, "'maybe'"],
+                       [{"state": "  ", "question": NOUL, "answer": "yes"}, "non-blank"]):
+        path = tmp_path / "examples.jsonl"
+        path.write_text("\n".join(json.dumps(line) for line in [*good, bad, *good]) + "\n")
+        assert main(["teach", str(path), "--url", "http://127.0.0.1:9"]) == 1
+        error = capsys.readouterr().err
+        assert f"{path}, line 5" in error and words in error, error
+        assert taught == []
+
+
+def test_a_question_lacking_an_answer_is_refused_naming_it_before_anything_is_taught(
+        tmp_path, monkeypatch, capsys):
+    from decide.cli.main import main
+
+    lines = [{"state": f"s{index}", "question": NOUL, "answer": "yes"} for index in range(5)]
+    path = tmp_path / "examples.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    taught = []
+    monkeypatch.setattr("decide.cli.teaching.Client.teach",
+                        lambda *args, **kwargs: taught.append(args))
+    assert main(["teach", str(path), "--url", "http://127.0.0.1:9"]) == 1
+    error = capsys.readouterr().err
+    assert str(path) in error and "'no'" in error and "Refund asked?" in error, error
+    assert taught == []
+
+
+def test_the_gate_is_printed_plainly():
+    fit = {"examples_per_answer": {"yes": 3, "no": 3}, "examples": 6, "folds": 5,
+           "readout": "softmax", "penalty": 1.0, "fit_ms": 10.0,
+           "taught": {"accuracy": 0.5, "ece": 0.1, "log_loss": 0.7},
+           "gate": {"used": False, "reason": "answers stay zero-shot: because"}}
+    assert "NOT USED: answers stay zero-shot: because" in render_fit(NOUL, "ready", fit, None)

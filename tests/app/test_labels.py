@@ -1,0 +1,41 @@
+"""Labels of past decisions read back (``GET /v1/jobs/{id}/labels``), the owner's only, and
+teaching from labels when nothing is labelled."""
+
+from __future__ import annotations
+
+from tests.app.conftest import KEYS
+
+ALPHA, BETA, _ = KEYS
+REFUND = {"type": "noul", "instructions": "Does the customer ask for a refund?"}
+
+
+def test_labels_are_read_back_by_their_owner_only(front_door):
+    client = front_door.client
+    asked = client.post("/v1/systemone", headers=front_door.keyed(ALPHA), json={
+        "state": "Please refund my order.", "questions": {"refund": REFUND}})
+    job_id = asked.json()["x_job_id"]
+    empty = client.get(f"/v1/jobs/{job_id}/labels", headers=front_door.keyed(ALPHA))
+    assert empty.status_code == 200 and empty.json() == {
+        "job_id": job_id, "object": "labels", "answers": {}}
+    posted = client.post(f"/v1/jobs/{job_id}/labels", headers=front_door.keyed(ALPHA),
+                         json={"answers": {"refund": "yes"}})
+    assert posted.status_code == 200, posted.text
+    read = client.get(f"/v1/jobs/{job_id}/labels", headers=front_door.keyed(ALPHA)).json()
+    assert read["answers"] == {"refund": "yes"}
+    client.post(f"/v1/jobs/{job_id}/labels", headers=front_door.keyed(ALPHA),
+                json={"answers": {"refund": "no"}})  # a label replaces the earlier one
+    assert client.get(f"/v1/jobs/{job_id}/labels",
+                      headers=front_door.keyed(ALPHA)).json()["answers"] == {"refund": "no"}
+    other = client.get(f"/v1/jobs/{job_id}/labels", headers=front_door.keyed(BETA))
+    assert other.status_code == 404
+    assert client.get("/v1/jobs/job_nope/labels",
+                      headers=front_door.keyed(ALPHA)).status_code == 404
+
+
+def test_teaching_from_labels_with_nothing_labelled_says_so(front_door):
+    refused = front_door.client.post("/v1/questions", headers=front_door.keyed(ALPHA),
+                                     json={"question": REFUND, "from_labels": True})
+    assert refused.status_code == 422, refused.text
+    detail = refused.json()["detail"][0]
+    assert detail["loc"] == ["body", "from_labels"]
+    assert "nothing is labelled" in detail["msg"]
