@@ -94,6 +94,34 @@ def test_a_fit_reports_its_figures(taught):
     assert fit["fit_ms"] > 0 and fit["seconds"] > 0
     assert [point["examples"] for point in fit["learning_curve"]] == [5, 10]
     assert taught["question"] == SAFETY
+    gate = fit["gate"]  # it beats zero-shot on its own examples: it answers
+    assert gate["used"] is True and gate["use"] == "auto"
+    assert gate["taught_log_loss"] + gate["margin"] < gate["zero_shot_log_loss"]
+    for point in fit["learning_curve"]:
+        assert {"used", "zero_shot", "served"} <= set(point)
+
+
+def test_a_fit_that_learns_nothing_is_ready_but_unused_and_answers_stay_zero_shot(server):
+    """Labels that follow nothing in the states: the fit cannot beat zero-shot, so it does
+    not answer the questions that match it; named, it still answers; use always overrides."""
+    noise = {"type": "noul", "instructions": "Is the ticket number even?"}
+    examples = [{"state": f"Support ticket about a delayed parcel, number {number * 7 + 3}",
+                 "answer": ["yes", "no", "no", "yes"][number % 4]} for number in range(12)]
+    with server.client(ALPHA) as client:
+        unused = taught_ready(client, noise, examples)
+        assert unused["fit"]["gate"]["used"] is False, unused["fit"]["gate"]
+        assert "answers stay zero-shot" in unused["fit"]["gate"]["reason"]
+        assert "x_taught" not in ask(client, {"n": noise})["n"]
+        named = ask(client, {"n": {**noise, "x_taught": unused["id"]}})["n"]
+        assert named["x_taught"] == unused["id"]
+        created = client.post("/v1/questions", json={"question": noise, "examples": examples,
+                                                     "use": "always"})
+        always = client.get(f"/v1/questions/{created.json()['id']}",
+                            params={"wait": 60}).json()
+        assert always["status"] == "ready" and always["fit"]["gate"]["used"] is True
+        assert ask(client, {"n": noise})["n"]["x_taught"] == always["id"]
+        client.delete(f"/v1/questions/{always['id']}")
+        client.delete(f"/v1/questions/{unused['id']}")
 
 
 def test_a_matching_question_is_answered_by_it_unless_it_opts_out(server, taught):
