@@ -212,7 +212,7 @@ def test_labels_of_audited_jobs_teach_a_question(server):
         taught = alpha.post("/v1/questions", json={"question": question, "from_labels": True})
         assert taught.status_code == 202, taught.text
         ready = alpha.get(f"/v1/questions/{taught.json()['id']}", params={"wait": 60}).json()
-        # beta has no labels of this question: too few examples
+        # beta has no labels of this question: nothing is labelled
         refused = beta.post("/v1/questions", json={"question": question, "from_labels": True})
     assert unknown.status_code == 422 and unknown.json()["detail"][0]["loc"] == [
         "body", "answers", "nope"]
@@ -222,7 +222,8 @@ def test_labels_of_audited_jobs_teach_a_question(server):
     assert ready["examples"] == len(states) and ready["from_labels"] is True
     assert ready["fit"]["examples_per_answer"] == {"no": 3, "yes": 3}
     assert refused.status_code == 422
-    assert refused.json()["detail"][0]["loc"] == ["body", "examples"]
+    assert refused.json()["detail"][0]["loc"] == ["body", "from_labels"]
+    assert "nothing is labelled" in refused.json()["detail"][0]["msg"]
 
 
 def test_a_readout_fitted_on_another_model_file_is_refused(server):
