@@ -19,7 +19,10 @@ EXAMPLES = [{"state": "ls -la", "answer": "yes"}, {"state": "rm -rf /", "answer"
 @pytest.mark.slow
 def test_a_question_is_taught_by_a_celery_worker_and_answers_from_postgresql(cluster):
     with cluster.client() as client:
-        created = client.post("/v1/questions", json={"question": QUESTION, "examples": EXAMPLES})
+        # six examples are too few for the gate to tell a gain from noise: this test is about
+        # where the fit runs and is kept, so the fit is taught to be used whatever it scores
+        created = client.post("/v1/questions", json={"question": QUESTION, "examples": EXAMPLES,
+                                                     "use": "always"})
         assert created.status_code == 202, created.text
         taught = client.get(f"/v1/questions/{created.json()['id']}", params={"wait": 60}).json()
         assert taught["status"] == "ready", (taught, cluster.logs())
