@@ -10,6 +10,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from decide import metrics
 from decide.api.context import ApiContext
 from decide.api.errors import install_error_handlers
+from decide.api.nul_guard import RefuseNul
 from decide.api.routes import (
     batches,
     decisions,
@@ -32,7 +33,8 @@ def create_app(context: ApiContext) -> FastAPI:
     for module in (decisions, rerank, jobs, batches, questions, usage, models, health,
                    webhooks):
         app.include_router(module.router)
-    app.add_middleware(MeasuredRequests)
+    app.add_middleware(RefuseNul)
+    app.add_middleware(MeasuredRequests)  # the outermost: it counts the refusals too
     install_schemas(app, sorted(context.catalog.models))
     return app
 

@@ -19,7 +19,7 @@ from decide.api.webhook_fields import webhook_url, with_signing_secret
 from decide.core.engine import DecisionEngine, row_count
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.core.protocol import BLANK_STATE, DecisionRequest, is_blank_state, parse_request
-from decide.core.questions import MAX_ID_CHARS, json_kind
+from decide.core.questions import MAX_ID_CHARS, NUL, NUL_REFUSED, json_kind
 from decide.core.render import render_state
 from decide.core.rows import CONTEXT_HEAD
 from decide.store import batches
@@ -130,6 +130,8 @@ def _item_problem(item: Any, seen: set[str]) -> tuple[tuple[str, ...], str] | No
     custom_id = item.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
         return ("custom_id",), "custom_id must be a non-empty string"
+    if NUL in custom_id:
+        return ("custom_id",), NUL_REFUSED.format(what="custom_id")
     if len(custom_id) > MAX_ID_CHARS:
         return ("custom_id",), (f"custom_id must be at most {MAX_ID_CHARS} characters; this "
                                 f"one has {len(custom_id):,}")

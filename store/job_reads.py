@@ -26,7 +26,10 @@ def find_by_idempotency_key(db: Engine, *, owner: str, key: str) -> JobRecord | 
 def get_job(db: Engine, job_id: str, owner: str | None = None, *,
             with_request: bool = False) -> JobRecord | None:
     """A job by id, without its request unless ``with_request``; with ``owner``, only that
-    owner's (another's reads as absent)."""
+    owner's (another's reads as absent). An id holding a NUL character is no job's (ids never
+    do, and PostgreSQL's text cannot even be compared with one)."""
+    if "\x00" in job_id:
+        return None
     query = select(*jobs.c if with_request else SUMMARY_COLUMNS).where(jobs.c.id == job_id)
     if owner is not None:
         query = query.where(jobs.c.owner == owner)

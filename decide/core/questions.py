@@ -117,6 +117,13 @@ def _nonblank(text: str | None) -> str | None:
     return text if text else None
 
 
+NUL = "\x00"
+NUL_REFUSED = ("{what} must not hold a NUL character (\\u0000): ids are stored as text, which "
+               "cannot hold it")
+"""Ids, keys and names that are stored or looked up as database text refuse NUL: PostgreSQL's
+text cannot hold it (the request itself is stored as escaped JSON, so a state may)."""
+
+
 def parse_questions(raw: Any, errors: Collector) -> tuple[Question, ...]:
     """``questions`` of a request: an object of 1 or more questions keyed by the caller's ids."""
     loc: Loc = ("questions",)
@@ -148,6 +155,9 @@ def parse_question(question_id: str, body: Any, errors: Collector) -> Question |
         errors.add(loc, f"a question id must be at most {MAX_ID_CHARS} characters; this one "
                         f"has {len(question_id):,}", "string_too_long")
         return None
+    if NUL in question_id:
+        errors.add(loc, NUL_REFUSED.format(what="a question id"))
+        return None
     if not isinstance(body, dict):
         errors.add(loc, f"a question must be an object, not {json_kind(body)}", "dict_type")
         return None
@@ -175,7 +185,7 @@ def _parse_taught(body: dict, loc: Loc, errors: Collector) -> str | bool | None:
     raw = body.get(TAUGHT_FIELD)
     if raw is None or raw is False:
         return raw
-    if isinstance(raw, str) and raw.startswith("tq_") and len(raw) > 3:
+    if isinstance(raw, str) and raw.startswith("tq_") and len(raw) > 3 and NUL not in raw:
         return raw
     errors.add((*loc, TAUGHT_FIELD), "x_taught must be a taught question's id (\"tq_...\"), "
                f"false for the zero-shot readout, or null; not {json_kind(raw)}", "value_error")

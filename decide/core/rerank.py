@@ -27,6 +27,7 @@ from decide.core.errors import InvalidRequest
 from decide.core.protocol import DecisionRequest, plain_json_problem
 from decide.core.questions import (
     NOUL_QUESTION,
+    NUL,
     TAUGHT_FIELD,
     Collector,
     NoulQuestion,
@@ -109,7 +110,7 @@ def _question(raw: Any, errors: Collector) -> tuple[dict[str, Any] | None, str |
     if raw is None:
         return None, None
     if isinstance(raw, str):
-        if raw.startswith("tq_") and len(raw) > 3:
+        if raw.startswith("tq_") and len(raw) > 3 and NUL not in raw:
             return None, raw
         errors.add(loc, "x_question must be a taught question's id (\"tq_...\"), a noul "
                    f"question object, or null; not the string {raw!r}", "value_error")

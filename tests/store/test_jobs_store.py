@@ -282,3 +282,10 @@ def test_a_batch_key_is_taken_once_per_owner(db):
         stored("alice")
     assert batches.find_by_idempotency_key(db, owner="alice", key="k") == first
     assert stored("bob").id != first.id
+
+
+def test_a_job_id_holding_nul_is_no_job_on_either_database(db):
+    """PostgreSQL cannot compare text with a NUL character: the lookup raised (a 500 at the
+    front door, and an MCP tool's failure); it is no job's id on either database."""
+    assert job_reads.get_job(db, "job_\x00x") is None
+    assert job_reads.get_job(db, "job_\x00x", "owner", with_request=True) is None
