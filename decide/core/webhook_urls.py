@@ -70,19 +70,42 @@ def _embedded(address: Address) -> list[Address]:
                                 teredo[1] if teredo else None) if inner is not None]
 
 
+NON_PUBLIC: tuple[tuple[Network, str], ...] = tuple(
+    (ipaddress.ip_network(cidr), kind) for cidr, kind in (
+        # IPv4: IANA's special-purpose address registry, every block not globally reachable
+        ("0.0.0.0/8", "unspecified"), ("10.0.0.0/8", "private"), ("100.64.0.0/10", "private"),
+        ("127.0.0.0/8", "loopback"), ("169.254.0.0/16", "link-local"),
+        ("172.16.0.0/12", "private"), ("192.0.0.0/24", "reserved"),
+        ("192.0.2.0/24", "reserved"), ("192.88.99.0/24", "reserved"),
+        ("192.168.0.0/16", "private"), ("198.18.0.0/15", "reserved"),
+        ("198.51.100.0/24", "reserved"), ("203.0.113.0/24", "reserved"),
+        ("224.0.0.0/4", "multicast"), ("240.0.0.0/4", "reserved"),
+        # IPv6 within global unicast (2000::/3; everything outside it is judged below)
+        ("2001::/23", "reserved"), ("2001:db8::/32", "reserved"), ("3fff::/20", "reserved"),
+    ))
+"""Where a webhook may not go, declared here, so the rule is the same whatever tables the
+running Python's ``ipaddress`` carries (3.11's call 192.0.0.0/24 and 3fff::/20 public).
+Conservative: a block with a few globally reachable addresses (192.0.0.0/24, 2001::/23) is
+refused whole. Teredo (2001::/32) is inside 2001::/23; an operator who allows it still has
+its client address judged (``_embedded``)."""
+GLOBAL_UNICAST_V6 = ipaddress.ip_network("2000::/3")
+V6_OUTSIDE_GLOBAL: tuple[tuple[Network, str], ...] = tuple(
+    (ipaddress.ip_network(cidr), kind) for cidr, kind in (
+        ("::/128", "unspecified"), ("::1/128", "loopback"), ("fc00::/7", "private"),
+        ("fe80::/10", "link-local"), ("fec0::/10", "site-local"), ("ff00::/8", "multicast"),
+    ))
+
+
 def _kind(address: Address) -> str | None:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return None  # judged as the IPv4 address it is
-    site_local = isinstance(address, ipaddress.IPv6Address) and address.is_site_local
-    for kind, test in (("loopback", address.is_loopback), ("unspecified", address.is_unspecified),
-                       ("site-local", site_local),
-                       ("link-local", address.is_link_local), ("multicast", address.is_multicast),
-                       ("reserved", address.is_reserved), ("private", address.is_private)):
-        if test:
-            return kind
-    if not address.is_global:
-        return "non-public"
-    return None
+    """Why ``address`` is not public (its kind), or None; from this module's tables alone."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return None  # judged as the IPv4 address it is
+        if address not in GLOBAL_UNICAST_V6:
+            return next((kind for network, kind in V6_OUTSIDE_GLOBAL if address in network),
+                        "reserved")
+    return next((kind for network, kind in NON_PUBLIC
+                 if network.version == address.version and address in network), None)
 
 
 @dataclass(frozen=True)

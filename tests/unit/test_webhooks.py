@@ -61,6 +61,33 @@ def test_malformed_urls_are_refused_saying_why(url, problem):
         check_url(url, CLOSED)
 
 
+@pytest.mark.parametrize("url", [
+    "http://192.0.0.192/", "http://[3fff::1]/", "http://100.64.0.1/", "http://198.18.0.1/",
+    "http://192.0.2.1/", "http://203.0.113.9/", "http://[2001:db8::1]/",
+    "http://[64:ff9b::a00:1]/", "http://[100::1]/", "http://255.255.255.255/",
+])
+def test_every_special_purpose_block_is_refused(url):
+    """IANA's special-purpose blocks (192.0.0.192 answered 404 from a cloud's metadata
+    service; 3fff::/20 is documentation): the running Python called some of them public."""
+    with pytest.raises(RefusedUrl, match="webhooks reach public addresses only"):
+        check_url(url, CLOSED)
+
+
+def test_the_rule_does_not_follow_the_running_pythons_address_tables(monkeypatch):
+    import ipaddress
+
+    for kind in (ipaddress.IPv4Address, ipaddress.IPv6Address):
+        for name in ("is_private", "is_global", "is_reserved", "is_loopback", "is_link_local"):
+            said = name == "is_global"  # Python's tables call every address public
+            monkeypatch.setattr(kind, name, property(lambda self, said=said: said))
+    for url in ("http://10.1.2.3/", "http://127.0.0.1/", "http://[fe80::1]/",
+                "http://169.254.169.254/"):
+        with pytest.raises(RefusedUrl):
+            check_url(url, CLOSED)
+    assert check_url("http://1.1.1.1/", CLOSED).port == 80
+    assert check_url("http://[2606:4700:4700::1111]/", CLOSED).port == 80
+
+
 def test_public_addresses_and_names_pass():
     assert check_url("https://hooks.example.com/x?y=1", CLOSED).port == 443
     assert check_url("http://8.8.8.8:8080/", CLOSED).port == 8080
