@@ -24,7 +24,7 @@ from decide.config.settings import Settings
 from decide.core.protocol import FOREGROUND
 from decide.llm.catalog import load_catalog
 from decide.runner.client import Runner, RunnerEngine, RunnerUnavailable
-from decide.store.db import make_engine
+from decide.store.db import make_engine, ping
 from decide.store.workers import Heartbeat, new_worker_id
 from decide.transport.broker import Broker, ChannelListener, on_worker_shutting_down
 from decide.transport.lanes import CANCEL_CHANNEL, TASK_NAME, lanes_of
@@ -40,6 +40,16 @@ FOREGROUND_LOOK_SECONDS = 0.02
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(0)
+
+
+class Unreachable(Exception):
+    """The job store or the broker did not answer at start: ``setting`` names the variable,
+    ``cause`` says what happened (one line)."""
+
+    def __init__(self, setting: str, cause: str) -> None:
+        super().__init__(setting, cause)
+        self.setting = setting
+        self.cause = cause
 
 
 class CeleryWorker:
@@ -73,7 +83,11 @@ class CeleryWorker:
                                                  look_every=look_every)
 
     def run(self) -> None:
-        """Start the runner, then serve the model's lanes until Celery stops."""
+        """Start the runner, then serve the model's lanes until Celery stops. Raises
+        ``Unreachable`` first, before any model is loaded, where the job store or the broker
+        does not answer: a worker that can neither take nor finish a job must not look alive
+        (one used to load its model, then log a traceback for every Celery retry)."""
+        self.require_reachable()
         self._start_runner()
         metrics.model_loaded.labels(self.model).set(1)
         self._serve_metrics()
@@ -103,6 +117,15 @@ class CeleryWorker:
         if self._failed.is_set():
             raise SystemExit(f"decide worker: the decoding runner of {self.model!r} could not "
                              f"start again: {self._runner.problem}")
+
+    def require_reachable(self) -> None:
+        try:
+            ping(self._db)
+        except Exception as error:  # the driver's own, whatever it is
+            lines = str(error).strip().splitlines() or [type(error).__name__]
+            raise Unreachable("DECIDE_DATABASE_URL", lines[0]) from error
+        if not self._broker.ping():
+            raise Unreachable("DECIDE_BROKER_URL", "it did not answer a ping")
 
     def run_task(self, job_id: str) -> str | None:
         """The Celery task's body: one job, once the runner is ready."""

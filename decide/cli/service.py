@@ -290,11 +290,19 @@ def worker_command(args: argparse.Namespace) -> int:
                          "broker (Redis) and needs DECIDE_DATABASE_URL too (the embedded "
                          "service, decide serve, needs no worker)")
     # Celery and the worker's composition root are this command's alone
-    from decide.launch.celery_worker import CeleryWorker
+    from decide.launch.celery_worker import CeleryWorker, Unreachable
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     port = settings.worker_metrics_port if args.metrics_port is None else args.metrics_port
-    CeleryWorker(settings, args.model, metrics_port=port or None).run()
+    try:
+        CeleryWorker(settings, args.model, metrics_port=port or None).run()
+    except Unreachable as failure:
+        url = (settings.broker_url if failure.setting == "DECIDE_BROKER_URL"
+               else settings.resolved_database_url) or ""
+        password = _password(url)
+        cause = failure.cause.replace(password, "***") if password else failure.cause
+        raise UsageError(f"{failure.setting}: decide worker cannot reach {masked_url(url)}: "
+                         f"{cause}") from None
     return 0
 
 
