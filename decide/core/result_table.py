@@ -26,6 +26,7 @@ never changed: ``-0.5`` stays a number.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,16 +34,30 @@ from decide.core.questions import ChoiceQuestion, NoulQuestion, Question, ScoreQ
 
 FIXED_COLUMNS = ("custom_id", "status", "error_type", "error_message")
 TAUGHT_SUFFIX = ".taught"
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-"""The first characters that make a spreadsheet read a cell as a formula (OWASP's list)."""
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+"""The first characters that make a spreadsheet read a cell as a formula (OWASP's list, and
+their fullwidth forms, which some spreadsheets fold to ASCII)."""
 
 
 def spreadsheet_safe(cell: Any) -> Any:
     """A text cell a spreadsheet would run as a formula, quoted with a leading ``'``; any
-    other cell (a number, None) as it is."""
-    if isinstance(cell, str) and cell.startswith(FORMULA_STARTS):
+    other cell (a number, None) as it is. Characters a spreadsheet may drop before reading a
+    formula (white space of any kind, control characters such as NUL and LF, format
+    characters such as a byte-order mark or a zero-width space) are looked through: ``"\n=4"``
+    is quoted as ``"=4"`` is."""
+    if isinstance(cell, str) and _significant(cell).startswith(FORMULA_STARTS):
         return "'" + cell
     return cell
+
+
+def _significant(text: str) -> str:
+    """``text`` from its first character that is neither white space nor a control or format
+    character (a formula start, the tab and CR, counts as significant)."""
+    for index, character in enumerate(text):
+        if character in FORMULA_STARTS or not (
+                character.isspace() or unicodedata.category(character) in ("Cc", "Cf")):
+            return text[index:]
+    return ""
 
 
 def _keys(question: Question) -> list[str]:

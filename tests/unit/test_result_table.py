@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from decide.core import result_table
 from decide.core.questions import Collector, parse_questions
 
@@ -121,3 +123,17 @@ def test_a_text_cell_a_spreadsheet_would_run_as_a_formula_is_quoted():
     item = {"custom_id": "x", "status": "succeeded",
             "result": {"answers": {"t": {"noul": 0.5, "x_taught": "=tq"}}}}
     assert result_table.row(taught, item)[4:] == [0.5, "'=tq"]
+
+
+@pytest.mark.parametrize("cell", [
+    "\x00=1+1", "\n=4", " =1", "\u00a0=1", "\ufeff=1", "\u200b=1", "\uff1d1+1", "\uff0bcmd",
+    "\u3000@SUM(1)", "\n\t=1"])
+def test_a_formula_behind_characters_a_spreadsheet_drops_is_quoted_too(cell):
+    """NUL, LF, a space, a no-break space, a byte-order mark, a zero-width space, an
+    ideographic space, a fullwidth = or +: a model-picked option "\\n=4" was written raw."""
+    assert result_table.spreadsheet_safe(cell) == "'" + cell
+
+
+@pytest.mark.parametrize("cell", ["billing", " plain", "\u200bword", "3 = 3", "", "a-b"])
+def test_text_that_is_no_formula_is_left_as_it_is(cell):
+    assert result_table.spreadsheet_safe(cell) == cell
