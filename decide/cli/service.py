@@ -183,7 +183,7 @@ def serve_command(args: argparse.Namespace) -> int:
     from decide.launch.app import make_app
 
     # the service's own lines (the runner and its model ready, jobs re-queued) beside uvicorn's
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging()
     uvicorn.run(make_app(), host=host, port=port, log_level="info",
                 timeout_graceful_shutdown=shutdown_grace(settings))
     return 0
@@ -283,6 +283,15 @@ def masked_url(url: str) -> str:
     return f"{scheme}://{user}:***{at}{place}"
 
 
+def configure_logging() -> None:
+    """The service's log: INFO and up, but httpx's and httpcore's INFO lines left out. httpx
+    logs every request's whole URL at INFO, and a webhook URL's query may hold the receiver's
+    token (the API and the worker's own log lines show only its origin)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def worker_command(args: argparse.Namespace) -> int:
     settings = Settings()
     if not settings.broker_url:
@@ -292,7 +301,7 @@ def worker_command(args: argparse.Namespace) -> int:
     # Celery and the worker's composition root are this command's alone
     from decide.launch.celery_worker import CeleryWorker, Unreachable
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging()
     port = settings.worker_metrics_port if args.metrics_port is None else args.metrics_port
     try:
         CeleryWorker(settings, args.model, metrics_port=port or None).run()

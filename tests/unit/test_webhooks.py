@@ -208,3 +208,22 @@ def test_an_international_host_name_is_kept_in_its_ascii_form():
         "https://xn--bcher-kva.example:8443/")
     ascii_url = "https://Hooks.Example.com/x"
     assert check_url(ascii_url, CLOSED).url == ascii_url  # an ASCII URL as it was given
+
+
+def test_the_service_log_leaves_out_httpx_request_lines_that_carry_whole_urls(monkeypatch):
+    """httpx logs each request's whole URL at INFO (a webhook's ?token=... with it); the
+    service's log is INFO for its own lines only."""
+    import logging
+
+    from decide.cli.service import configure_logging
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])  # basicConfig acts on a root without handlers
+    monkeypatch.setattr(root, "level", root.level)
+    for name in ("httpx", "httpcore"):
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
+    configure_logging()
+    assert logging.getLogger("decide.worker").isEnabledFor(logging.INFO)
+    assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+    assert not logging.getLogger("httpcore").isEnabledFor(logging.INFO)
+    assert logging.getLogger("httpx").isEnabledFor(logging.WARNING)
