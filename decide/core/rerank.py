@@ -133,6 +133,12 @@ def _question(raw: Any, errors: Collector) -> tuple[dict[str, Any] | None, str |
             taught if isinstance(taught, str) else None)
 
 
+COHERE_MODEL_PREFIX = "rerank-"
+"""Cohere's rerank models are named ``rerank-v3.5``, ``rerank-english-v3.0``...: code moved
+from Cohere changes its base URL and key, not its model, so such a name asks for the default
+model here."""
+
+
 def parse_rerank(body: Any) -> RerankRequest:
     """Validate a decoded rerank body; raise ``InvalidRequest`` naming every bad field."""
     errors = Collector()
@@ -147,6 +153,8 @@ def parse_rerank(body: Any) -> RerankRequest:
     if model is not None and not isinstance(model, str):
         errors.add(("model",), f"model must be a string or null, not {json_kind(model)}",
                    "string_type")
+    elif isinstance(model, str) and model.startswith(COHERE_MODEL_PREFIX):
+        model = None  # Cohere's own model name, kept by code moved here: the default model
     query = body.get("query")
     if not isinstance(query, str) or not query.strip():
         what = "Field required: " if query is None else ""

@@ -194,9 +194,18 @@ def test_a_bad_field_is_a_422_naming_it(open_door, body, loc):
 
 def test_an_unknown_model_is_a_404(open_door):
     response = open_door.client.post("/v1/rerank", json={
-        "model": "rerank-v3.5", "query": "q", "documents": ["a"]})
+        "model": "no-such-model", "query": "q", "documents": ["a"]})
     assert response.status_code == 404
     assert response.json()["detail"]["error_type"] == "not_found_error"
+
+
+@pytest.mark.parametrize("model", ["rerank-v3.5", "rerank-multilingual-v3.0"])
+def test_cohere_s_own_model_names_ask_for_the_default_model(open_door, model):
+    """Code moved from Cohere changes its base URL and key, and keeps its model."""
+    response = open_door.client.post("/v2/rerank", json={
+        "model": model, "query": "q", "documents": ["a", "b"]})
+    assert response.status_code == 200, response.text
+    assert len(response.json()["results"]) == 2
 
 
 def test_a_thousand_documents_are_taken_and_one_more_is_refused(open_door):
