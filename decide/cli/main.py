@@ -92,8 +92,6 @@ def _add_answering_commands(commands: Any) -> None:
                        help='one {"custom_id", "state"} per line (- for stdin)')
     add_question_args(batch, with_state=False)
     batch.add_argument("--questions", metavar="FILE", help="a JSON object of questions")
-    batch.add_argument("--priority", choices=PRIORITIES,
-                       default="background")
     batch.add_argument("--no-wait", action="store_true",
                        help="print the batch at once instead of following its progress")
     add_service_args(batch, service_url, needs_service=True)

@@ -126,7 +126,7 @@ def progress_line(done: int, total: int, counts: dict[str, int]) -> str:
 def batch(args: argparse.Namespace, questions: dict[str, Any]) -> int:
     items = read_items(args.items)
     with client_for(args) as client:
-        created = client.batch(questions, items, model=args.model, priority=args.priority)
+        created = client.batch(questions, items, model=args.model)  # the background lane
         current = created
         while not args.no_wait and not current.done:
             print(progress_line(current.finished_items, current.request_counts["total"],

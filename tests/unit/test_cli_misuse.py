@@ -258,3 +258,10 @@ def test_keys_ensure_still_keeps_a_file_of_keys(tmp_path, capsys):
     assert main(["keys", "ensure", str(fresh)]) == 0
     assert main(["keys", "ensure", str(fresh)]) == 0
     assert "already holds API keys" in capsys.readouterr().out
+
+
+def test_decide_batch_offers_no_lane_a_batch_cannot_take(capsys):
+    """A batch runs in the background lane: --priority foreground was offered, and refused."""
+    with pytest.raises(SystemExit):
+        main(["batch", "--help"])
+    assert "--priority" not in capsys.readouterr().out
