@@ -95,7 +95,7 @@ class CeleryWorker:
         on_worker_shutting_down(self.leaving.set)
         ChannelListener(self._broker.url, CANCEL_CHANNEL, self._cancelled.add).start()
         heartbeat = Heartbeat(self._db, worker_id=self._worker_id, model=self.model,
-                              metrics_port=self._metrics_port)
+                              metrics_port=self._metrics_port, runner_state=self._runner_state)
         delivery = Delivery(db=self._db, broker=self._broker, models=list(self._catalog.models),
                             retention_days=self._settings.retention_days,
                             max_attempts=self._settings.max_attempts, worker_id=self._worker_id)
@@ -117,6 +117,12 @@ class CeleryWorker:
         if self._failed.is_set():
             raise SystemExit(f"decide worker: the decoding runner of {self.model!r} could not "
                              f"start again: {self._runner.problem}")
+
+    def _runner_state(self) -> tuple[bool, str | None]:
+        """Each heartbeat's: the runner's state, also in ``decide_model_loaded``."""
+        ready, problem = self._runner.tick()
+        metrics.model_loaded.labels(self.model).set(1 if ready else 0)
+        return ready, problem
 
     def require_reachable(self) -> None:
         try:

@@ -164,6 +164,19 @@ class Runner:
                 return False
             return self.state == READY
 
+    def tick(self) -> tuple[bool, str | None]:
+        """Whether the runner serves, and why not, for a heartbeat: never waits behind a job.
+        Where no job holds the runner, it is looked after as a wait would (a runner that died
+        idle starts again, a start due after a failure is made, a start's answer is read), so
+        an idle worker recovers, and says so, without a job to wake it."""
+        if not self._lock.acquire(blocking=False):  # a job is decoding: it serves
+            return self.state == READY, self.problem
+        try:
+            self.wait_ready(0)
+            return self.state == READY, self.problem
+        finally:
+            self._lock.release()
+
     def _start_hung(self) -> None:
         problem = (f"the runner did not load its model and pass its probe within "
                    f"{self._start_timeout:.0f} s (hung) and was killed")

@@ -16,6 +16,7 @@ from sqlalchemy import (
     UniqueConstraint,
     false,
     text,
+    true,
 )
 
 metadata = MetaData()
@@ -106,7 +107,10 @@ workers = Table(
     Column("metrics_port", Integer, nullable=True),
     Column("started_at", Float, nullable=False),
     Column("last_seen", Float, nullable=False),
+    Column("runner_ready", Boolean, nullable=False, server_default=true()),
+    Column("runner_problem", Text, nullable=True),
 )
+"""A live worker beats every few seconds, saying whether its decoding runner is ready."""
 
 taught_questions = Table(
     "taught_questions", metadata,

@@ -23,17 +23,20 @@ DEAD_AFTER_SECONDS = 10.0
 
 
 def beat(db: Engine, *, worker_id: str, model: str, hostname: str, pid: int,
-         metrics_port: int | None = None) -> None:
+         metrics_port: int | None = None, runner_ready: bool = True,
+         runner_problem: str | None = None) -> None:
     """One upsert, committed by the database as it runs (autocommit), stamped with the
-    database's clock (a worker's own may be wrong). No transaction stays open between the
-    statement and a COMMIT, so a worker frozen there holds no lock on its row: the delivery
-    leader's cleanup of dead workers never waits on it."""
+    database's clock (a worker's own may be wrong), with the worker's runner state. No
+    transaction stays open between the statement and a COMMIT, so a worker frozen there holds
+    no lock on its row: the delivery leader's cleanup of dead workers never waits on it."""
     now = database_now(db)
     upsert = _insert_for(db)(workers).values(
         id=worker_id, model=model, hostname=hostname, pid=pid, metrics_port=metrics_port,
-        started_at=now, last_seen=now)
-    upsert = upsert.on_conflict_do_update(index_elements=[workers.c.id],
-                                          set_={"last_seen": upsert.excluded.last_seen})
+        started_at=now, last_seen=now, runner_ready=runner_ready,
+        runner_problem=None if runner_ready else (runner_problem or "not ready")[:1000])
+    upsert = upsert.on_conflict_do_update(index_elements=[workers.c.id], set_={
+        "last_seen": upsert.excluded.last_seen, "runner_ready": upsert.excluded.runner_ready,
+        "runner_problem": upsert.excluded.runner_problem})
     with _autocommit(db) as connection:
         connection.execute(upsert)
 
@@ -54,13 +57,28 @@ def _autocommit(db: Engine) -> Connection:
 
 
 def live_counts(db: Engine) -> dict[str, int]:
-    """Live workers per model: beaten within DEAD_AFTER_SECONDS by the database's clock."""
+    """Workers per model that serve: beaten within DEAD_AFTER_SECONDS by the database's clock,
+    their runner ready (a worker whose model cannot load beats on, and serves nothing)."""
     since = database_now(db) - DEAD_AFTER_SECONDS
     with db.connect() as connection:
         rows = connection.execute(select(workers.c.model, func.count())
-                                  .where(workers.c.last_seen >= since)
+                                  .where(workers.c.last_seen >= since, workers.c.runner_ready)
                                   .group_by(workers.c.model)).all()
     return {model: int(count) for model, count in rows}
+
+
+def runner_problems(db: Engine) -> dict[str, str]:
+    """For each model with a live worker whose runner is not ready, why (one worker's)."""
+    since = database_now(db) - DEAD_AFTER_SECONDS
+    with db.connect() as connection:
+        rows = connection.execute(select(workers.c.model, workers.c.runner_problem)
+                                  .where(workers.c.last_seen >= since,
+                                         workers.c.runner_ready.is_(False))
+                                  .order_by(workers.c.model, workers.c.id)).all()
+    found: dict[str, str] = {}
+    for model, problem in rows:
+        found.setdefault(model, problem or "not ready")
+    return found
 
 
 def forget_dead(db: Engine, *, silent_for: float) -> int:
@@ -87,8 +105,12 @@ class Heartbeat:
     """A thread that says a worker is alive every HEARTBEAT_SECONDS, and leaves on stop."""
 
     def __init__(self, db: Engine, *, worker_id: str, model: str,
-                 metrics_port: int | None = None) -> None:
+                 metrics_port: int | None = None,
+                 runner_state: Callable[[], tuple[bool, str | None]] | None = None) -> None:
+        """``runner_state``: asked at each beat, (ready, why not); a worker without one says
+        ready."""
         self._db = db
+        self._runner_state = runner_state
         self._fields = {"worker_id": worker_id, "model": model,
                         "hostname": socket.gethostname(), "pid": os.getpid(),
                         "metrics_port": metrics_port}
@@ -102,7 +124,9 @@ class Heartbeat:
     def _loop(self) -> None:
         while not self._stopping.is_set():
             try:
-                beat(self._db, **self._fields)
+                ready, problem = (True, None) if self._runner_state is None else (
+                    self._runner_state())
+                beat(self._db, **self._fields, runner_ready=ready, runner_problem=problem)
             except Exception:  # a database outage must not kill the worker
                 log.exception("heartbeat failed")
             self._stopping.wait(HEARTBEAT_SECONDS)

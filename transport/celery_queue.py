@@ -6,7 +6,7 @@ import logging
 
 from decide.store import delivery_book
 from decide.store.db import Database
-from decide.store.workers import live_counts
+from decide.store.workers import live_counts, runner_problems
 from decide.transport.broker import Broker
 
 log = logging.getLogger("decide.api")
@@ -49,5 +49,8 @@ class CeleryQueue:
         alive = live_counts(self._db)
         missing = [model for model in self._models if not alive.get(model)]
         if missing:
-            return False, f"no live worker for {', '.join(missing)}"
+            problems = runner_problems(self._db)
+            return False, "; ".join(
+                f"{model}: its workers' runner is not ready ({problems[model]})"
+                if model in problems else f"no live worker for {model}" for model in missing)
         return True, ", ".join(f"{model}: {alive[model]} workers" for model in self._models)

@@ -1,0 +1,68 @@
+"""A worker whose decoding runner is dead and cannot start again is not counted ready (issue
+35, item 2): its heartbeat carries the runner's state, so ``/ready`` answers 503 saying why and
+``decide_workers`` counts it no more, and it comes back by itself once the runner can start.
+
+Real processes: PostgreSQL, Redis, a ``decide worker`` and ``decide serve``; the worker's
+embedded default is a copy in a data directory of its own, truncated while the worker runs,
+then its runner killed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.support.waits import wait_until
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_worker_whose_runner_cannot_start_again_is_not_ready(cluster_factory, tmp_path,
+                                                               settings):
+    from decide.llm.catalog import DEFAULT_GGUF, DEFAULT_MODEL, install_embedded_default
+
+    data = tmp_path / "data"
+    copy = data / "models" / DEFAULT_GGUF  # the embedded default, in a data directory of its own
+    copy.parent.mkdir(parents=True)
+    shutil.copyfile(install_embedded_default(settings.data_dir), copy)
+    cluster = cluster_factory(DECIDE_DATA_DIR=str(data))
+    worker = cluster.start_worker()
+    cluster.start_api()
+    with cluster.client() as client:
+        assert client.get("/ready").status_code == 200
+        whole = copy.read_bytes()
+        copy.write_bytes(whole[:4096])  # the model can no longer load
+        (runner,) = children(worker.pid)
+        os.kill(runner, signal.SIGKILL)
+
+        def refused() -> str | None:
+            answer = client.get("/ready")
+            return answer.text if answer.status_code == 503 else None
+
+        said = wait_until(refused, 60, what="/ready to refuse the worker")
+        assert "runner is not ready" in said and DEFAULT_MODEL in said, said
+        scraped = client.get("/metrics").text
+        counted = re.search(rf'decide_workers\{{model="{DEFAULT_MODEL}"\}} ([0-9.]+)', scraped)
+        assert counted is None or float(counted.group(1)) == 0, scraped[-1500:]
+        assert worker.poll() is None  # alive: it tries again, and says why it cannot serve
+
+        copy.write_bytes(whole)  # the model is back: the worker recovers without a job
+        wait_until(lambda: client.get("/ready").status_code == 200, 120,
+                   what="/ready once the runner started again")
