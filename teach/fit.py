@@ -10,7 +10,8 @@ the same weights.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,10 +46,29 @@ class Fitted:
     figures: dict[str, Any]
 
 
+_BETWEEN_FITS: ContextVar[Callable[[], None] | None] = ContextVar("between_fits", default=None)
+"""Called before each of a fit's model fits (``fit_readout``'s ``between``)."""
+
+
 def fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
                 answers: Sequence[str], *, ordinal: bool,
                 zero_shot: np.ndarray | None = None, model_identity: str = "",
-                use: str = AUTO) -> Fitted:
+                use: str = AUTO, between: Callable[[], None] | None = None) -> Fitted:
+    """``_fit_readout``, with ``between`` called before each of its model fits (hundreds:
+    every penalty's every fold, the learning curve's): a worker runs waiting foreground work
+    there, and a cancel stops the fit, as between a decode's rows."""
+    token = _BETWEEN_FITS.set(between)
+    try:
+        return _fit_readout(taught_id, hidden, labels, answers, ordinal=ordinal,
+                            zero_shot=zero_shot, model_identity=model_identity, use=use)
+    finally:
+        _BETWEEN_FITS.reset(token)
+
+
+def _fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
+                 answers: Sequence[str], *, ordinal: bool,
+                 zero_shot: np.ndarray | None = None, model_identity: str = "",
+                 use: str = AUTO) -> Fitted:
     """Fit on ``hidden`` (examples × hidden size) and ``labels`` (answer indices); with
     ``zero_shot`` (the zero-shot readout's probabilities, examples × answers), each answer's
     zero-shot log-probability is read as a feature too (it lifted the cross-validated accuracy
@@ -256,6 +276,9 @@ class _Model:
     @classmethod
     def fit(cls, x: np.ndarray, y: np.ndarray, k: int, *, ordinal: bool,
             penalty: float) -> _Model:
+        between = _BETWEEN_FITS.get()
+        if between is not None:
+            between()
         mean = x.mean(axis=0)
         scale = np.maximum(x.std(axis=0), MIN_SCALE)
         z = (x - mean) / scale

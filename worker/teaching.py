@@ -4,7 +4,10 @@ readouts a decision job names to the engine.
 A fit decodes each example through the same runner, plan and model that answer decisions, with
 the question's hidden state at its answer slot reported (``hidden_for``), then fits the readout
 (``decide.teach.fit``) and stores it with the model file's identity. Examples are decoded one
-request at a time in the background lane, so a foreground job waits at most one example.
+request at a time in the background lane, so a foreground job waits at most one example; the
+fit after them calls the same between-rows callback before each of its model fits, so there a
+foreground job waits at most one model fit (issue 35, item 3: 63 s of fitting held every sync
+call).
 """
 
 from __future__ import annotations
@@ -127,7 +130,8 @@ def fit_examples(taught_id: str, question: Question, examples: list[dict[str, An
     decoded = time.perf_counter()
     fitted = fit_readout(taught_id, np.array(hidden), labels, keys,
                          ordinal=isinstance(question, ScoreQuestion),
-                         zero_shot=np.array(zero_shot), model_identity=identity, use=use)
+                         zero_shot=np.array(zero_shot), model_identity=identity, use=use,
+                         between=before_row)
     figures = {**fitted.figures, "decode_ms": round((decoded - started) * 1000, 1),
                "seconds": round(time.perf_counter() - started, 3)}
     return fitted, figures, tokens

@@ -166,3 +166,26 @@ def test_a_fit_worse_than_zero_shot_is_not_used_and_the_curve_serves_zero_shot()
             assert point["served"] == point["zero_shot"]
     assert fit_readout("tq_1", noise, y, ["no", "yes"], ordinal=False, zero_shot=zero_shot,
                        use="always").figures["gate"]["used"] is True
+
+
+def test_a_fit_asks_between_its_model_fits_and_a_raise_there_stops_it():
+    """A worker's between-rows callback runs waiting foreground work (and stops a cancelled
+    job) between every model fit of the fitting phase, not only between examples' decodes."""
+    x, y = separable()
+    asked = []
+    fit_readout("tq_1", x, y, ["a", "b", "c"], ordinal=False, between=lambda: asked.append(1))
+    assert len(asked) >= len(fit.PENALTIES) * fit.FOLDS  # every penalty's every fold, at least
+
+    class Stop(Exception):
+        pass
+
+    def stop_on_the_tenth() -> None:
+        asked.append(1)
+        if len(asked) % 10 == 0:
+            raise Stop
+
+    asked.clear()
+    with pytest.raises(Stop):
+        fit_readout("tq_1", x, y, ["a", "b", "c"], ordinal=False, between=stop_on_the_tenth)
+    assert len(asked) == 10
+    assert fit.fit_readout("tq_1", x, y, ["a", "b", "c"], ordinal=False).figures  # no callback
