@@ -25,7 +25,8 @@ from decide.core.engine import Decision
 from decide.core.protocol import DecisionRequest
 from decide.runner.crashes import describe_exit
 from decide.runner.probe import ProbeFailed
-from decide.runner.variants import Variant, candidates, environment_for, host_flags, record_proof
+from decide.runner.secrets import runner_environment, runner_settings
+from decide.runner.variants import Variant, candidates, host_flags, record_proof
 
 log = logging.getLogger("decide.worker")
 
@@ -35,25 +36,6 @@ BUILD_FAULTS = {-signal.SIGILL, -signal.SIGSEGV, -signal.SIGBUS, -signal.SIGFPE}
 RESTART_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """How long a worker waits before starting a runner again after a failed start (a build that
 faults on the probe would otherwise restart it in a tight loop)."""
-
-
-RUNNER_SECRETS = ("api_keys", "admin_keys", "api_keys_file", "database_url", "broker_url")
-"""Settings that hold credentials (the API keys; the password a database or broker URL may
-carry) and that a runner never reads: neither sent to it nor left in its environment."""
-
-
-def runner_settings(settings: Settings) -> Settings:
-    """What a runner is sent: ``settings`` with every ``RUNNER_SECRETS`` field at its default."""
-    return settings.model_copy(
-        update={name: Settings.model_fields[name].default for name in RUNNER_SECRETS})
-
-
-def runner_environment(build: Variant) -> dict[str, str]:
-    """The runner's environment for ``build``, without the ``DECIDE_*`` variables of
-    ``RUNNER_SECRETS`` (read in any case, as the settings read them)."""
-    secret = {f"DECIDE_{name.upper()}" for name in RUNNER_SECRETS}
-    return {name: value for name, value in environment_for(build).items()
-            if name.upper() not in secret}
 
 
 class RunnerCrashed(RuntimeError):
@@ -165,17 +147,15 @@ class Runner:
             return self.state == READY
 
     def tick(self) -> tuple[bool, str | None]:
-        """Whether the runner serves, and why not, for a heartbeat: never waits behind a job.
-        Where no job holds the runner, it is looked after as a wait would (a runner that died
-        idle starts again, a start due after a failure is made, a start's answer is read), so
-        an idle worker recovers, and says so, without a job to wake it."""
+        """(ready, why not) for a heartbeat, never waiting behind a job; an idle runner is
+        looked after as a wait would, so a worker recovers without a job to wake it."""
         if not self._lock.acquire(blocking=False):  # a job is decoding: it serves
             return self.state == READY, self.problem
         try:
             self.wait_ready(0)
-            return self.state == READY, self.problem
         finally:
             self._lock.release()
+        return self.state == READY, self.problem
 
     def _start_hung(self) -> None:
         problem = (f"the runner did not load its model and pass its probe within "

@@ -19,6 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from decide.store.clock import database_now, read_database_now
 from decide.store.ids import new_id
 from decide.store.jobs import (
+    CANCELLED,
     FIT,
     QUEUED,
     RUNNING,
@@ -143,20 +144,38 @@ def _with_job(row: Any) -> TaughtRecord:
     return _taught(values, job_status, job_error)
 
 
-def delete_taught(db: Engine, taught_id: str, owner: str) -> bool:
-    """Delete a taught question; its fit job is cancelled if it has not started."""
+@dataclass(frozen=True)
+class Deleted:
+    """A deleted taught question's fit job: ``cancelled`` while queued (ended here), or
+    ``stopping`` while running (its worker is asked to stop it at its next step)."""
+
+    model: str
+    job_id: str | None
+    fit: str | None
+
+
+def delete_taught(db: Engine, taught_id: str, owner: str) -> Deleted | None:
+    """Delete a taught question, and stop its fit job: cancelled if it has not started, asked
+    to stop if it runs. None where there is no such taught question of ``owner``."""
     with db.begin() as connection:
-        row = connection.execute(select(taught_questions.c.job_id).where(
-            taught_questions.c.id == taught_id, taught_questions.c.owner == owner)).first()
+        row = connection.execute(select(taught_questions.c.job_id, taught_questions.c.model)
+                                 .where(taught_questions.c.id == taught_id,
+                                        taught_questions.c.owner == owner)).first()
         if row is None:
-            return False
+            return None
         connection.execute(delete(taught_questions).where(taught_questions.c.id == taught_id))
-        if row.job_id:
-            connection.execute(update(jobs).where(jobs.c.id == row.job_id,
-                                                  jobs.c.status == QUEUED)
-                               .values(status="cancelled", finished_at=database_now(db),
-                                       cancel_requested=True))
-    return True
+        if not row.job_id:
+            return Deleted(row.model, None, None)
+        if connection.execute(update(jobs).where(jobs.c.id == row.job_id,
+                                                 jobs.c.status == QUEUED)
+                              .values(status=CANCELLED, finished_at=database_now(db),
+                                      cancel_requested=True)).rowcount:
+            return Deleted(row.model, row.job_id, "cancelled")
+        if connection.execute(update(jobs).where(jobs.c.id == row.job_id,
+                                                 jobs.c.status == RUNNING)
+                              .values(cancel_requested=True)).rowcount:
+            return Deleted(row.model, row.job_id, "stopping")
+    return Deleted(row.model, row.job_id, None)
 
 
 def finish_fit(db: Engine, taught_id: str, *, readout: dict[str, Any] | None,

@@ -38,7 +38,8 @@ def taught_view(record: taught_store.TaughtRecord) -> dict[str, Any]:
     return {"id": record.id, "object": "taught_question", "status": record.status,
             "model": record.model, "question": record.question,
             "examples": record.example_count, "from_labels": record.from_labels,
-            "fit": record.fit, "error": record.error, "created_at": timestamp(record.created_at),
+            "fit": record.fit, "error": record.error, "job_id": record.job_id,
+            "created_at": timestamp(record.created_at),
             "finished_at": timestamp(record.finished_at)}
 
 
@@ -120,9 +121,15 @@ async def list_taught(ctx: Context, owner: Owner,
 @router.delete("/v1/questions/{taught_id}")
 async def delete_taught(taught_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
     deleted = await run_in_threadpool(taught_store.delete_taught, ctx.db, taught_id, owner)
-    if not deleted:
+    if deleted is None:
         raise not_found(f"no taught question {taught_id!r}")
-    return {"id": taught_id, "object": "taught_question", "deleted": True}
+    if deleted.fit == "stopping":  # its worker stops it before its next example or model fit
+        await run_in_threadpool(ctx.queue.cancel, deleted.job_id)
+    elif deleted.fit == "cancelled":  # ended here: counted and announced here, as a job's
+        metrics.jobs_finished.labels(deleted.model, PRIORITY, jobs.CANCELLED).inc()
+        ctx.events.publish(deleted.job_id)
+    return {"id": taught_id, "object": "taught_question", "deleted": True,
+            "job_id": deleted.job_id, "fit": deleted.fit}
 
 
 def _label(ctx: ApiContext, owner: str, job_id: str, body: Any) -> dict[str, Any]:

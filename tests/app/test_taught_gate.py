@@ -71,3 +71,37 @@ def test_use_is_auto_or_always(open_door, use):
                                                            "examples": EXAMPLES, "use": use})
     assert refused.status_code == 422, refused.text
     assert "use" in refused.text and "always" in refused.text
+
+
+def test_deleting_a_taught_question_cancels_its_queued_fit_and_counts_it(open_door):
+    from decide import metrics
+
+    open_door.worker.holding = True
+    created = open_door.client.post("/v1/questions", json={"question": QUESTION,
+                                                           "examples": EXAMPLES}).json()
+    assert created["job_id"].startswith("job_")  # the fit job is shown
+    counted = metrics.jobs_finished.labels(created["model"], "background", "cancelled")
+    before = counted._value.get()
+    deleted = open_door.client.delete(f"/v1/questions/{created['id']}").json()
+    assert deleted == {"id": created["id"], "object": "taught_question", "deleted": True,
+                       "job_id": created["job_id"], "fit": "cancelled"}
+    assert counted._value.get() == before + 1  # decide_jobs_finished_total counts it
+    assert open_door.worker.release() == []  # nothing left to decode
+
+
+def test_deleting_a_taught_question_stops_its_running_fit(open_door):
+    from decide.store import jobs as job_store
+
+    open_door.worker.holding = True
+    created = open_door.client.post("/v1/questions", json={"question": QUESTION,
+                                                           "examples": EXAMPLES}).json()
+    with open_door.db.begin() as connection:  # a worker has claimed it
+        connection.execute(job_store.jobs.update().where(
+            job_store.jobs.c.id == created["job_id"]).values(status="running"))
+    deleted = open_door.client.delete(f"/v1/questions/{created['id']}").json()
+    assert deleted["fit"] == "stopping" and deleted["job_id"] == created["job_id"]
+    assert open_door.worker.cancels == [created["job_id"]]  # its worker is told
+    with open_door.db.connect() as connection:
+        asked = connection.execute(job_store.jobs.select().where(
+            job_store.jobs.c.id == created["job_id"])).one().cancel_requested
+    assert asked

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from decide.config.settings import Settings
-from decide.runner.client import Runner, runner_settings
+from decide.runner.client import Runner
+from decide.runner.secrets import runner_settings
 from decide.runner.variants import Variant
 from tests.support.waits import wait_until
 
