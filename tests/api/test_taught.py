@@ -294,7 +294,8 @@ def test_a_deleted_taught_question_stops_answering(server):
         assert ask(client, {"g": question}, state="Hey")["g"]["x_taught"] == created["id"]
         deleted = client.delete(f"/v1/questions/{created['id']}")
         assert deleted.json() == {"id": created["id"], "object": "taught_question",
-                                  "deleted": True}
+                                  "deleted": True, "job_id": created["job_id"],
+                                  "fit": None}  # its fit had finished: nothing to stop
         assert client.get(f"/v1/questions/{created['id']}").status_code == 404
         assert "x_taught" not in ask(client, {"g": question}, state="Hey")["g"]
 
