@@ -147,15 +147,16 @@ class Runner:
             return self.state == READY
 
     def tick(self) -> tuple[bool, str | None]:
-        """(ready, why not) for a heartbeat, never waiting behind a job; an idle runner is
-        looked after as a wait would, so a worker recovers without a job to wake it."""
-        if not self._lock.acquire(blocking=False):  # a job is decoding: it serves
-            return self.state == READY, self.problem
-        try:
-            self.wait_ready(0)
-        finally:
-            self._lock.release()
-        return self.state == READY, self.problem
+        """(serves, why not) for a heartbeat, never waiting behind a job; an idle runner is
+        looked after as a wait would, so a worker recovers without a job to wake it. A runner
+        starting again after a crash serves until that start fails (seconds), so ``/ready``
+        does not flap on every crash a poison job causes."""
+        if self._lock.acquire(blocking=False):  # else a job is decoding: it serves
+            try:
+                self.wait_ready(0)
+            finally:
+                self._lock.release()
+        return self.state != FAILED, self.problem
 
     def _start_hung(self) -> None:
         problem = (f"the runner did not load its model and pass its probe within "
