@@ -37,27 +37,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-QUESTIONS = {
-    "department": {"type": "choice", "instructions": "Which department should handle this?",
-                   "criteria": {"billing": "money that moved", "technical": "something broken",
-                                "sales": "buying more", "account": "access and settings"}},
-    "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
-    "urgency": {"type": "score", "instructions": "How urgent is it?",
-                "criteria": ["can wait", "needs an answer today", "blocks the customer now"]},
-}
-PROBLEMS = ["was charged twice for order", "cannot log in since the update of",
-            "wants to upgrade the plan for", "reports the export failing for",
-            "asks about the invoice of", "says the dashboard is slow for"]
+from workloads import QUESTIONS, ticket  # benchmarks/, this script's own folder
+
 RUN_ARGS = ["My card was charged twice for order A-104. Please refund the duplicate.",
             "--choice", "Which department should handle this?", "billing", "technical", "sales",
             "--noul", "Does the customer ask for a refund?", "--json"]
 SIDES = {"gpu": {"DECIDE_GPU_LAYERS": "-1"},
          "cpu": {"DECIDE_GPU_LAYERS": "0", "CUDA_VISIBLE_DEVICES": ""}}
-
-
-def ticket(index: int) -> str:
-    return (f"Ticket {index}: the customer {PROBLEMS[index % len(PROBLEMS)]} account "
-            f"A-{1000 + index}. They wrote in on day {index % 28 + 1} and expect an answer.")
 
 
 # The measuring child: one side, in a process of its own.

@@ -32,27 +32,12 @@ from decide.runner.in_process import use_runner_build
 
 use_runner_build(Settings())  # the llama.cpp build the runners use here, before llama_cpp loads
 
+from workloads import QUESTIONS, ticket  # benchmarks/, this script's own folder
+
 from decide.core.protocol import parse_request
 from decide.llm.catalog import load_catalog
 from decide.llm.decoding import load_decoding_engine
 from tests.support.local import LocalCluster
-
-QUESTIONS = {
-    "department": {"type": "choice", "instructions": "Which department should handle this?",
-                   "criteria": {"billing": "money that moved", "technical": "something broken",
-                                "sales": "buying more", "account": "access and settings"}},
-    "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
-    "urgency": {"type": "score", "instructions": "How urgent is it?",
-                "criteria": ["can wait", "needs an answer today", "blocks the customer now"]},
-}
-PROBLEMS = ["was charged twice for order", "cannot log in since the update of",
-            "wants to upgrade the plan for", "reports the export failing for",
-            "asks about the invoice of", "says the dashboard is slow for"]
-
-
-def ticket(index: int) -> str:
-    return (f"Ticket {index}: the customer {PROBLEMS[index % len(PROBLEMS)]} account "
-            f"A-{1000 + index}. They wrote in on day {index % 28 + 1} and expect an answer.")
 
 
 def percentile(values: list[float], share: float) -> float:

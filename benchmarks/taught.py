@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import httpx
+from workloads import quality_summary  # benchmarks/, this script's own folder
 
 from decide.cli.teaching import first_per_answer, read_examples
 from decide.quality.evaluate import evaluate, load_set
@@ -92,12 +93,7 @@ def evaluate_through(client: httpx.Client) -> dict[str, Any]:
         return response.json()["answers"]["q"]
 
     report = evaluate(items, ask)
-    summary = report.summary()
-    outside = [item for item in report.scored if item.domain != "factual"]
-    summary["accuracy_outside_factual"] = round(
-        sum(item.probabilities.index(max(item.probabilities)) == item.gold
-            for item in outside) / len(outside), 4)
-    return summary
+    return quality_summary(report)
 
 
 def quality(client: httpx.Client, sizes: list[int]) -> None:

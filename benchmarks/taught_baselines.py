@@ -31,6 +31,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from sklearn.pipeline import FeatureUnion, make_pipeline
+from workloads import quality_summary  # benchmarks/, this script's own folder
 
 from decide.cli.teaching import first_per_answer, read_examples
 from decide.core.questions import Collector, parse_question
@@ -95,12 +96,7 @@ def run(size: int) -> dict[str, Any]:
         return answer_of(models[match_key("", parsed)], question, state)
 
     report = evaluate(load_set(DECISIONS), ask)
-    summary = report.summary()
-    outside = [item for item in report.scored if item.domain != "factual"]
-    summary["accuracy_outside_factual"] = round(
-        sum(item.probabilities.index(max(item.probabilities)) == item.gold
-            for item in outside) / len(outside), 4)
-    return summary
+    return quality_summary(report)
 
 
 def main() -> None:

@@ -28,8 +28,10 @@ TOLERANCE = 0.02
 """SPEC §3.7: the most any probability of a batched answer may differ from the exact one."""
 CLEAR_GAP = 0.05
 """Where the exact answer's top two are further apart than this, the pick must agree."""
-CPU_LABEL_TOLERANCE = 0.1
-"""The label readout's bound on the CPU backend (0.085 measured on these tickets)."""
+CPU_LABEL_TOLERANCE = 0.15
+"""The label readout's bound on the CPU backend: 0.085 measured on these tickets (Intel Xeon,
+x86-64-v4 build); another CPU's kernels move it somewhat, so the bound leaves room. A plan
+that let a row see another's cells would move answers far more."""
 
 TICKETS = [
     "My card was charged twice for order A-104. Please refund the duplicate.",
