@@ -33,7 +33,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from decide.api import mcp_tools
+from decide.api import mcp_tools, teaching
 from decide.api.body import read_raw
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError, not_found
@@ -106,6 +106,17 @@ class FrontDoorTools:
         if found is None:
             raise not_found(f"no job {job_id!r}")
         return job_view(found)
+
+    async def teach(self, body: dict[str, Any], wait: float | None) -> dict[str, Any]:
+        """As ``POST /v1/questions``, then ``GET /v1/questions/{id}?wait=``."""
+        record = await run_in_threadpool(teaching.teach, self.ctx, self.owner, body)
+        return await teaching.read_taught(self.ctx, self.owner, record.id, wait)
+
+    async def get_taught(self, taught_id: str, wait: float | None) -> dict[str, Any]:
+        return await teaching.read_taught(self.ctx, self.owner, taught_id, wait)
+
+    async def label(self, job_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await run_in_threadpool(teaching.label, self.ctx, self.owner, job_id, body)
 
 
 def tools_of(request: Request | None) -> FrontDoorTools:

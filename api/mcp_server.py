@@ -34,7 +34,9 @@ SERVER_NAME = "decide"
 SERVER_VERSION = "0.1.0"
 INSTRUCTIONS = ("Typed decisions with calibrated probabilities: call `decide` with a state and "
                 "questions (choice, noul, score), `rerank` to sort documents by relevance to a "
-                "query; `submit_job` and `get_job` for work that can wait.")
+                "query; `submit_job` and `get_job` for work that can wait; `label` a past "
+                "decision's right answers and `teach` a question from examples and labels "
+                "(`get_taught` reads its fit).")
 
 
 class Backend(Protocol):
@@ -52,6 +54,16 @@ class Backend(Protocol):
     async def get_job(self, job_id: str, wait: float | None) -> dict[str, Any]:
         """The job as ``GET /v1/jobs/{id}`` answers it."""
 
+    async def teach(self, body: dict[str, Any], wait: float | None) -> dict[str, Any]:
+        """The taught question as ``POST /v1/questions`` makes it, then as
+        ``GET /v1/questions/{id}?wait=`` reads it."""
+
+    async def get_taught(self, taught_id: str, wait: float | None) -> dict[str, Any]:
+        """The taught question as ``GET /v1/questions/{id}`` answers it."""
+
+    async def label(self, job_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The labels as ``POST /v1/jobs/{id}/labels`` answers them."""
+
 
 async def dispatch(backend: Backend, name: str, arguments: Any) -> dict[str, Any]:
     """One tool's answer; ``InvalidRequest`` for a bad argument, ``ToolFailure`` for an
@@ -65,6 +77,13 @@ async def dispatch(backend: Backend, name: str, arguments: Any) -> dict[str, Any
         return await backend.submit_job(await _checked(mcp_tools.job_arguments, arguments))
     if name == mcp_tools.GET_JOB.name:
         return await backend.get_job(*await _checked(mcp_tools.get_job_arguments, arguments))
+    if name == mcp_tools.TEACH.name:
+        return await backend.teach(*await _checked(mcp_tools.teach_arguments, arguments))
+    if name == mcp_tools.GET_TAUGHT.name:
+        return await backend.get_taught(*await _checked(mcp_tools.get_taught_arguments,
+                                                        arguments))
+    if name == mcp_tools.LABEL.name:
+        return await backend.label(*await _checked(mcp_tools.label_arguments, arguments))
     raise ToolFailure(f"unknown tool {name!r}: the tools are "
                       f"{', '.join(spec.name for spec in mcp_tools.TOOLS)}")
 

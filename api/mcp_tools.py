@@ -26,6 +26,13 @@ from decide.api.schemas import (
     model_property,
 )
 from decide.api.submit import checked_metadata, checked_priority
+from decide.api.taught_schemas import (
+    GetTaughtArgumentsSchema,
+    LabelArgumentsSchema,
+    LabelsSchema,
+    TaughtQuestionSchema,
+    TeachArgumentsSchema,
+)
 from decide.core.protocol import FOREGROUND, MAX_WAIT_SECONDS, parse_request, plain_json_problem
 from decide.core.rerank import MAX_DOCUMENTS, parse_rerank
 
@@ -90,7 +97,25 @@ GET_JOB = ToolSpec("get_job", (
     "`wait` holds the call up to 60 s until the job has finished."),
     GetJobArguments, JobSchema)
 
-TOOLS: tuple[ToolSpec, ...] = (DECIDE, RERANK, SUBMIT_JOB, GET_JOB)
+TEACH = ToolSpec("teach", (
+    "Teach a question (choice, noul or score) from labelled examples {state, answer}: a "
+    "readout fitted on the model's hidden state, cross-validated against zero-shot. Once "
+    "ready, it answers every later question with the same type, instructions and criteria "
+    "(where it beats zero-shot on its examples, or use is always); teaching it again makes a "
+    "new version. Answers the taught question, after waiting up to `wait` s for the fit; "
+    "from_labels also fits on the labels recorded with `label`."),
+    TeachArgumentsSchema, TaughtQuestionSchema)
+GET_TAUGHT = ToolSpec("get_taught", (
+    "A taught question by id (tq_…): its status (queued, fitting, ready, failed), whether it "
+    "answers now, and its fit's figures beside zero-shot's. `wait` holds the call up to 60 s "
+    "until the fit has ended."),
+    GetTaughtArgumentsSchema, TaughtQuestionSchema)
+LABEL = ToolSpec("label", (
+    "Record the right answers of a past decision (its job id: a `decide` answer's x_job_id, or "
+    "a job's id), question id → answer; a later teach with from_labels fits on them."),
+    LabelArgumentsSchema, LabelsSchema)
+
+TOOLS: tuple[ToolSpec, ...] = (DECIDE, RERANK, SUBMIT_JOB, GET_JOB, TEACH, GET_TAUGHT, LABEL)
 
 
 def input_schema(spec: ToolSpec, model_names: list[str] | None = None) -> dict[str, Any]:
@@ -181,16 +206,51 @@ def job_arguments(arguments: Any) -> JobArguments:
                         webhook=given.get("x_webhook"))
 
 
+def _id(given: dict[str, Any], name: str, what: str, prefix: str) -> str:
+    """An id argument: one path segment (``JOB_ID``)."""
+    found = given.get(name)
+    if not isinstance(found, str) or not JOB_ID.fullmatch(found):
+        raise invalid("arguments", [name], f"{name} must be {what} ({prefix}…: letters, "
+                      "digits, _ and -)",
+                      "missing" if found is None else "string_type")
+    return found
+
+
 def get_job_arguments(arguments: Any) -> tuple[str, float | None]:
     """(job id, wait) of ``get_job``; the wait as ``GET /v1/jobs/{id}?wait=`` bounds it."""
     given = _object(arguments)
-    job_id = given.get("id")
-    if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
-        raise invalid("arguments", ["id"], "id must be a job's id (job_…: letters, digits, _ "
-                      "and -)", "missing" if job_id is None else "string_type")
+    return _id(given, "id", "a job's id", "job_"), _wait(given)
+
+
+def _wait(given: dict[str, Any]) -> float | None:
     wait = given.get("wait")
     if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float)
                              or not 0 <= wait <= MAX_WAIT_SECONDS):
         raise invalid("arguments", ["wait"], f"wait must be a number of seconds from 0 to "
                                              f"{MAX_WAIT_SECONDS:g}", "value_error")
-    return job_id, None if wait is None else float(wait)
+    return None if wait is None else float(wait)
+
+
+def teach_arguments(arguments: Any) -> tuple[dict[str, Any], float | None]:
+    """(the ``POST /v1/questions`` body, wait) of ``teach``; the body is checked by the
+    backend, as the route checks it (``api.teaching.teach``)."""
+    given = _object(arguments)
+    wait = _wait(given)
+    return {name: value for name, value in given.items() if name != "wait"}, wait
+
+
+def get_taught_arguments(arguments: Any) -> tuple[str, float | None]:
+    given = _object(arguments)
+    return _id(given, "id", "a taught question's id", "tq_"), _wait(given)
+
+
+def label_arguments(arguments: Any) -> tuple[str, dict[str, Any]]:
+    """(job id, the ``POST /v1/jobs/{id}/labels`` body) of ``label``; the answers are checked
+    against the job's questions by the backend."""
+    given = _object(arguments)
+    job_id = _id(given, "job_id", "a decision's job id", "job_")
+    unknown = sorted(set(given) - {"job_id", "answers"})
+    if unknown:
+        raise invalid("arguments", [unknown[0]], f"label takes job_id and answers, not "
+                      f"{unknown[0]}", "extra_forbidden")
+    return job_id, {"answers": given.get("answers")}

@@ -22,6 +22,7 @@ from decide.api.waiting import wait_as_sync_caller
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.core.protocol import FOREGROUND
 from decide.core.rerank import (
+    RELEVANCE_QUESTION,
     RerankRequest,
     decision_body,
     documents_read,
@@ -29,10 +30,13 @@ from decide.core.rerank import (
     rerank_response,
     stored_rerank,
 )
+from decide.core.taught import match_key, parse_taught_question
 from decide.store import job_reads, jobs
 from decide.store import taught as taught_store
 
 _QUESTION = re.compile(r"question '(\d+)'")
+DEFAULT_RELEVANCE, _ = parse_taught_question({"type": "noul", "instructions": RELEVANCE_QUESTION})
+"""The relevance question a rerank asks when it names none, as a taught question matches it."""
 
 
 def _refused(msg: str, kind: str = "value_error") -> InvalidRequest:
@@ -44,7 +48,13 @@ def relevance_question(ctx: ApiContext, owner: str,
     """The relevance noul's wire object (None: the default one) and the taught question that
     answers it. A taught question named in ``x_question`` must be the caller's, ready, a noul,
     and of the model asked (422 at ``x_question``); its own question is asked unless
-    ``x_question`` gave one."""
+    ``x_question`` gave one. Without ``x_question``, the key's taught default relevance
+    question answers where it has one that answers (``store.taught.answering``): teaching
+    ``RELEVANCE_QUESTION`` makes it the key's rerank default."""
+    if request.taught is None and request.question is None:
+        key = match_key(ctx.model(request.model).name, DEFAULT_RELEVANCE)
+        found = taught_store.answering(ctx.db, owner=owner, match_keys=[key]).get(key)
+        return None, None if found is None else found[0]
     if request.taught is None:
         return request.question, None
     record = taught_store.get_taught(ctx.db, request.taught, owner)

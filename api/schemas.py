@@ -31,11 +31,11 @@ OPTIONS = {"min_length": 2, "max_length": 255}
 MODEL_DESCRIPTION = f"a configured model; absent, null or {DEFAULT_MODEL_PREFIX}*: the default"
 
 
-class _Open(BaseModel):
+class OpenModel(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class ChoiceQuestionSchema(_Open):
+class ChoiceQuestionSchema(OpenModel):
     type: Literal["choice"]
     instructions: Instructions
     criteria: (Annotated[dict[NonEmpty, Text | None], Field(**OPTIONS)]
@@ -62,7 +62,7 @@ NOUL_SAYS_SOMETHING = {"anyOf": [
 """A noul asks something: its instructions, or criteria that describe yes or no."""
 
 
-class NoulQuestionSchema(_Open):
+class NoulQuestionSchema(OpenModel):
     model_config = ConfigDict(extra="allow", json_schema_extra=NOUL_SAYS_SOMETHING)
     type: Literal["noul"]
     instructions: Text | None = Field(None, description="optional when criteria describe "
@@ -70,7 +70,7 @@ class NoulQuestionSchema(_Open):
     criteria: NoulCriteriaSchema | None = None
 
 
-class ScoreQuestionSchema(_Open):
+class ScoreQuestionSchema(OpenModel):
     type: Literal["score"]
     instructions: Instructions
     criteria: list[Text] = Field(min_length=2, max_length=10,
@@ -85,7 +85,7 @@ Questions = Annotated[dict[NonEmpty, Question], Field(min_length=1,
                                                       description="question id → question")]
 
 
-class DecisionBody(_Open):
+class DecisionBody(OpenModel):
     """The fields every decision body has (a job's lane is its ``priority``, a sync call's
     its ``x_priority``)."""
 
@@ -112,7 +112,7 @@ class BatchItemSchema(BaseModel):
     state: State
 
 
-class BatchRequest(_Open):
+class BatchRequest(OpenModel):
     model: str | None = None
     questions: Questions
     items: list[BatchItemSchema] = Field(min_length=1, max_length=100_000)
@@ -190,6 +190,8 @@ class JobSchema(BaseModel):
     error: JobError | None
     usage: JobUsage
     timings: Timings
+    x_labels: dict[str, Any] | None = None
+    """A decision's recorded right answers (question id → answer), where it has any."""
 
 
 class JobList(BaseModel):
@@ -227,7 +229,7 @@ class BatchList(BaseModel):
     after: str | None
 
 
-class ErrorDetail(_Open):
+class ErrorDetail(OpenModel):
     error_type: str
     message: str
 
@@ -246,11 +248,11 @@ class ValidationErrorBody(BaseModel):
     detail: list[FieldErrorSchema]
 
 
-class RerankDocument(_Open):
+class RerankDocument(OpenModel):
     text: Annotated[str, Field(pattern=r"\S")]
 
 
-class RerankQuestion(_Open):
+class RerankQuestion(OpenModel):
     model_config = ConfigDict(extra="allow", json_schema_extra=NOUL_SAYS_SOMETHING)
     type: Literal["noul"] = "noul"
     instructions: Text | None = None
@@ -259,7 +261,7 @@ class RerankQuestion(_Open):
         None, description="a taught question that answers")
 
 
-class RerankRequestSchema(_Open):
+class RerankRequestSchema(OpenModel):
     model: str | None = Field(None, description=MODEL_DESCRIPTION)
     query: Annotated[str, Field(pattern=r"\S")]
     documents: list[Annotated[str, Field(pattern=r"\S")] | RerankDocument] = Field(

@@ -1,9 +1,11 @@
 """Taught questions at the front door: which one answers each question of a request, and the
 checks of a new taught question and of a label.
 
-A question is answered by a taught question when it names one (``"x_taught": "tq_…"``), or,
-unless it says ``"x_taught": false``, when the caller has a ready taught question with the same
-model, type, instructions and criteria (``decide.core.taught.match_key``). The choice is made
+A question is answered by a taught question when it names one (``"x_taught": "tq_…"``, the
+newest ready version of its question), or, unless it says ``"x_taught": false``, when the
+caller has taught a question with the same model, type, instructions and criteria
+(``decide.core.taught.match_key``) and its newest ready version is used
+(``store.taught.answering``). The choice is made
 once, here, and written into the stored question, so a job is answered by the readout that
 was ready when it was accepted, wherever and whenever it is decoded.
 """
@@ -53,7 +55,7 @@ def resolve_taught(ctx: ApiContext, *, owner: str, model: str,
     model, is a 422 at the question's ``x_taught``."""
     keys = {question.id: match_key(model, question) for question in questions
             if question.taught is None}
-    matches = taught_store.ready_matches(ctx.db, owner=owner, match_keys=list(keys.values()))
+    matches = taught_store.answering(ctx.db, owner=owner, match_keys=list(keys.values()))
     resolved = canonical_questions(stored_questions)
     for question in questions:
         loc = ("questions", question.id, TAUGHT_FIELD)
@@ -88,6 +90,12 @@ def _check_named(ctx: ApiContext, owner: str, model: str, question: Question) ->
     if record.status != taught_store.READY:
         raise _refuse(loc, f"taught question {question.taught} is {record.status}, not ready; "
                            "wait for it (GET /v1/questions/{id}?wait=30)")
+    newer = taught_store.superseded_by(ctx.db, record)
+    if newer is not None:
+        raise _refuse(loc, f"taught question {question.taught} is version {record.version} of "
+                           f"its question, and version {newer.version} ({newer.id}) is ready: "
+                           "earlier versions answer nothing (they stay readable for audit); "
+                           f"name {newer.id}, or leave x_taught out to use the one that answers")
     if record.model != model:
         raise _refuse(loc, f"taught question {question.taught} was taught on model "
                            f"{record.model!r}, and this request asks model {model!r}")

@@ -130,10 +130,13 @@ taught_questions = Table(
     Column("job_id", String(40), nullable=True),
     Column("created_at", Float, nullable=False),
     Column("finished_at", Float, nullable=True),
+    Column("version", Integer, nullable=False, server_default="1"),
     Index("ix_taught_owner_id", "owner", "id"),
+    Index("ux_taught_questions_version", "owner", "match_key", "version", unique=True),
     Index("ix_taught_match", "owner", "match_key", "status"),
 )
-"""Questions taught from labelled examples; a ready one holds its fitted readout."""
+"""Questions taught from labelled examples; a ready one holds its fitted readout. Teaching the
+same question again (owner and match key) stores its next ``version``."""
 
 job_labels = Table(
     "job_labels", metadata,

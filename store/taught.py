@@ -13,8 +13,9 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy import Connection, Engine, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 
 from decide.store.clock import database_now, read_database_now
 from decide.store.ids import new_id
@@ -55,6 +56,8 @@ class TaughtRecord:
     created_at: float
     finished_at: float | None
     example_count: int = 0
+    version: int = 1
+    """Teaching the same question again (same owner and match key) makes its next version."""
 
 
 LISTED = tuple(column for column in taught_questions.c
@@ -100,14 +103,31 @@ def create_taught(db: Engine, *, owner: str, model: str, match_key: str,
               "finished_at": None, "example_count": example_count}
     job_values["request_bytes"] = sum(map(stored_bytes, (job_values["request"],
                                                          values["question"], values["examples"])))
-    with db.begin() as connection:
-        if admit is not None:
-            admit(connection, Charge(rows, job_values["request_bytes"]))
-        job_row = connection.execute(jobs.insert().values(**job_values)
-                                     .returning(*SUMMARY_COLUMNS)).one()
-        connection.execute(taught_questions.insert().values(**values))
+    for attempt in range(_VERSION_TRIES):  # two teachings of one question at once: one retries
+        try:
+            with db.begin() as connection:
+                values["version"] = _next_version(connection, owner, match_key)
+                if admit is not None:
+                    admit(connection, Charge(rows, job_values["request_bytes"]))
+                job_row = connection.execute(jobs.insert().values(**job_values)
+                                             .returning(*SUMMARY_COLUMNS)).one()
+                connection.execute(taught_questions.insert().values(**values))
+            break
+        except IntegrityError:
+            if attempt == _VERSION_TRIES - 1:
+                raise
     record = TaughtRecord(**{**values, "question": question, "examples": examples})
     return record, job_record(job_row)
+
+
+_VERSION_TRIES = 5
+
+
+def _next_version(connection: Connection, owner: str, match_key: str) -> int:
+    newest = connection.execute(select(func.max(taught_questions.c.version)).where(
+        taught_questions.c.owner == owner, taught_questions.c.match_key == match_key)
+    ).scalar_one()
+    return int(newest or 0) + 1
 
 
 def get_taught(db: Engine, taught_id: str, owner: str | None = None, *,
@@ -125,14 +145,18 @@ def get_taught(db: Engine, taught_id: str, owner: str | None = None, *,
     return None if row is None else _with_job(row)
 
 
-def list_taught(db: Engine, *, owner: str, limit: int, after: str | None) -> list[TaughtRecord]:
-    """An owner's taught questions, newest first (``after``: the previous page's last id)."""
+def list_taught(db: Engine, *, owner: str, limit: int, after: str | None,
+                match_key: str | None = None) -> list[TaughtRecord]:
+    """An owner's taught questions, newest first (``after``: the previous page's last id);
+    ``match_key``: the versions of one question only."""
     query = (select(*LISTED, jobs.c.status.label("job_status"), jobs.c.error.label("job_error"))
              .select_from(taught_questions.outerjoin(jobs,
                                                      jobs.c.id == taught_questions.c.job_id))
              .where(taught_questions.c.owner == owner))
     if after is not None:
         query = query.where(taught_questions.c.id < after)
+    if match_key is not None:
+        query = query.where(taught_questions.c.match_key == match_key)
     query = query.order_by(taught_questions.c.id.desc()).limit(limit)
     with db.connect() as connection:
         return [_with_job(row) for row in connection.execute(query)]
@@ -194,11 +218,16 @@ def finish_fit(db: Engine, taught_id: str, *, readout: dict[str, Any] | None,
                                   .values(**values)).rowcount == 1
 
 
-def ready_matches(db: Engine, *, owner: str,
-                  match_keys: list[str]) -> dict[str, tuple[str, str | None]]:
-    """The newest ready taught question of ``owner`` for each match key that has one whose fit
-    is used (its gate passed, or it is taught to be used always; ``decide.teach.fit.gate``):
-    its id and the identity of the model file it was fitted on."""
+def answering(db: Engine, *, owner: str,
+              match_keys: list[str]) -> dict[str, tuple[str, str | None]]:
+    """Which taught question answers each match key of ``owner`` that has one: its id and the
+    identity of the model file it was fitted on.
+
+    The rule: the newest ready version of the question answers if its fit is used (its gate
+    passed, or it was taught to be used always; ``decide.teach.fit.gate``); if it is not used,
+    the question is answered zero-shot. Earlier versions answer nothing once a newer one is
+    ready; while a newer one is queued or fitting (or where it failed), the newest ready one
+    goes on answering."""
     if not match_keys:
         return {}
     query = (select(taught_questions.c.match_key, taught_questions.c.id,
@@ -206,16 +235,37 @@ def ready_matches(db: Engine, *, owner: str,
              .where(taught_questions.c.owner == owner,
                     taught_questions.c.match_key.in_(sorted(set(match_keys))),
                     taught_questions.c.status == READY)
-             .order_by(taught_questions.c.id))
+             .order_by(taught_questions.c.version))
     with db.connect() as connection:
-        return {row.match_key: (row.id, row.model_identity) for row in connection.execute(query)
-                if _used(row.fit)}
+        newest = {row.match_key: row for row in connection.execute(query)}
+    return {key: (row.id, row.model_identity) for key, row in newest.items() if _used(row.fit)}
 
 
 def _used(fit: str | None) -> bool:
     """A fit answers unless its gate says it is unused (fits from before the gate answer)."""
     gate = (json.loads(fit) if fit else {}).get("gate") or {}
     return gate.get("used", True) is not False
+
+
+def superseded_by(db: Engine, record: TaughtRecord) -> TaughtRecord | None:
+    """The newest ready version of ``record``'s question where it is newer than ``record``."""
+    query = (select(taught_questions.c.id).where(
+        taught_questions.c.owner == record.owner,
+        taught_questions.c.match_key == record.match_key,
+        taught_questions.c.status == READY, taught_questions.c.version > record.version)
+        .order_by(taught_questions.c.version.desc()).limit(1))
+    with db.connect() as connection:
+        newer = connection.execute(query).scalar()
+    return None if newer is None else get_taught(db, newer, record.owner)
+
+
+def answering_ids(db: Engine, records: list[TaughtRecord]) -> set[str]:
+    """Which of ``records`` answer now (``answering``)."""
+    by_owner: dict[str, list[str]] = {}
+    for record in records:
+        by_owner.setdefault(record.owner, []).append(record.match_key)
+    return {taught_id for owner, keys in by_owner.items()
+            for taught_id, _ in answering(db, owner=owner, match_keys=keys).values()}
 
 
 def readout_of(db: Engine, taught_id: str, owner: str) -> tuple[str, dict[str, Any]] | None:
@@ -265,6 +315,24 @@ def labelled_examples(db: Engine, *, owner: str, match_key: str,
              .order_by(job_labels.c.job_id, job_labels.c.question_key).limit(limit))
     with db.connect() as connection:
         return [{"state": json.loads(row.request)["state"], "answer": json.loads(row.answer)}
+                for row in connection.execute(query)]
+
+
+def labels_page(db: Engine, *, owner: str, match_key: str, after: tuple[str, str] | None,
+                limit: int) -> list[dict[str, Any]]:
+    """One page of the labels recorded for a question, in ``(job_id, question_key)`` order
+    after ``after``: each ``{"job_id", "question_key", "state", "answer"}``."""
+    query = (select(job_labels.c.job_id, job_labels.c.question_key, job_labels.c.answer,
+                    jobs.c.request)
+             .select_from(job_labels.join(jobs, jobs.c.id == job_labels.c.job_id))
+             .where(job_labels.c.owner == owner, job_labels.c.match_key == match_key))
+    if after is not None:
+        query = query.where((job_labels.c.job_id > after[0]) | (
+            (job_labels.c.job_id == after[0]) & (job_labels.c.question_key > after[1])))
+    query = query.order_by(job_labels.c.job_id, job_labels.c.question_key).limit(limit)
+    with db.connect() as connection:
+        return [{"job_id": row.job_id, "question_key": row.question_key,
+                 "state": json.loads(row.request)["state"], "answer": json.loads(row.answer)}
                 for row in connection.execute(query)]
 
 

@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from decide import metrics
 from decide.api.body import read_json
+from decide.api.context import ApiContext
 from decide.api.errors import invalid, not_found
 from decide.api.routes.deps import Context, Owner, PageSize
 from decide.api.schemas import JobList, JobRequest, JobSchema, request_body, responses
@@ -25,6 +26,7 @@ from decide.api.waiting import wait_finished
 from decide.api.webhook_fields import job_url, shown, webhook_url, with_signing_secret
 from decide.core.protocol import MAX_WAIT_SECONDS
 from decide.store import job_reads, jobs, submission
+from decide.store import taught as taught_store
 
 router = APIRouter()
 JOB_FIELDS = ("priority", "metadata", "x_webhook")
@@ -59,12 +61,20 @@ async def read_job(job_id: str, ctx: Context, owner: Owner,
                    wait: Annotated[float | None, Query(ge=0, le=MAX_WAIT_SECONDS)] = None
                    ) -> dict[str, Any]:
     if not wait:
-        return job_view(await run_in_threadpool(owned_job, ctx, job_id, owner))
-    # the wait's own first read tells whether the job is ours: one read, not two
-    job = await wait_finished(ctx, job_id, owner, wait)
-    if job is None:
-        raise not_found(f"no job {job_id!r}")
-    return job_view(job)
+        job = await run_in_threadpool(owned_job, ctx, job_id, owner)
+    else:  # the wait's own first read tells whether the job is ours: one read, not two
+        job = await wait_finished(ctx, job_id, owner, wait)
+        if job is None:
+            raise not_found(f"no job {job_id!r}")
+    return await run_in_threadpool(_with_labels, ctx, job, owner)
+
+
+def _with_labels(ctx: ApiContext, job: jobs.JobRecord, owner: str) -> dict[str, Any]:
+    """A decision's job view, with ``x_labels`` (the right answers its owner recorded,
+    ``POST /v1/jobs/{id}/labels``) where it has any."""
+    labels = (taught_store.job_labels_of(ctx.db, job_id=job.id, owner=owner)
+              if job.kind == jobs.DECISION else {})
+    return {**job_view(job), **({"x_labels": labels} if labels else {})}
 
 
 @router.delete("/v1/jobs/{job_id}", responses=responses({200: JobSchema}))

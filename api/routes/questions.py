@@ -1,121 +1,110 @@
-"""Taught questions: teach (``POST /v1/questions``), read (with long polling), list, delete;
-and the labels of past decisions (``POST /v1/jobs/{id}/labels``)."""
+"""Taught questions: teach (``POST /v1/questions``), read (with long polling), list (every
+version, or one question's), export its examples and labels, delete; and the labels of past
+decisions (``POST`` and ``GET /v1/jobs/{id}/labels``)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from decide import metrics
+from decide.api import teaching
 from decide.api.body import read_json
 from decide.api.context import ApiContext
-from decide.api.errors import invalid, not_found
+from decide.api.errors import not_found
 from decide.api.routes.deps import Context, Owner, PageSize
-from decide.api.submit import check_lane, owned_job
-from decide.api.taught import (
-    check_examples,
-    check_label_answers,
-    check_readable,
-    checked_question,
-    example_rows,
-)
-from decide.api.views import timestamp
-from decide.api.waiting import wait_finished
-from decide.core.protocol import MAX_WAIT_SECONDS, parse_request
-from decide.core.questions import json_kind
-from decide.core.taught import ALWAYS, AUTO, MAX_EXAMPLES, match_key
-from decide.store import job_reads, jobs
+from decide.api.teaching import PRIORITY
+from decide.core.protocol import MAX_WAIT_SECONDS
+from decide.store import jobs
 from decide.store import taught as taught_store
 
 router = APIRouter()
-PRIORITY = "background"
-
-
-def taught_view(record: taught_store.TaughtRecord) -> dict[str, Any]:
-    return {"id": record.id, "object": "taught_question", "status": record.status,
-            "model": record.model, "question": record.question,
-            "examples": record.example_count, "from_labels": record.from_labels,
-            "fit": record.fit, "error": record.error, "job_id": record.job_id,
-            "created_at": timestamp(record.created_at),
-            "finished_at": timestamp(record.finished_at)}
-
-
-def _teach(ctx: ApiContext, owner: str, body: Any) -> taught_store.TaughtRecord:
-    if not isinstance(body, dict):
-        raise invalid("body", [], f"the body must be a JSON object, not {json_kind(body)}",
-                      "dict_type")
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise invalid("body", ["model"], f"model must be a string or null, not "
-                      f"{json_kind(model)}", "string_type")
-    config = ctx.model(model)
-    question = checked_question(body.get("question"))
-    from_labels = body.get("from_labels", False)
-    if not isinstance(from_labels, bool):
-        raise invalid("body", ["from_labels"], "from_labels must be true or false", "bool_type")
-    use = body.get("use", AUTO)
-    if use not in (AUTO, ALWAYS):
-        raise invalid("body", ["use"], "use must be \"auto\" (answer only where the fit beats "
-                      "zero-shot on its examples) or \"always\"", "literal_error")
-    key = match_key(config.name, question)
-    labelled = (taught_store.labelled_examples(ctx.db, owner=owner, match_key=key,
-                                               limit=MAX_EXAMPLES + 1) if from_labels else [])
-    examples = check_examples(body.get("examples"), question, labelled=len(labelled),
-                              labelled_answers=[label["answer"] for label in labelled],
-                              from_labels=from_labels)
-    check_readable(ctx, config.name)
-    rows, tokens = example_rows(ctx, config.name, question, examples + labelled)
-    check_lane(ctx, config.name, PRIORITY, rows)
-    record, job = taught_store.create_taught(
-        ctx.db, owner=owner, model=config.name, match_key=key, question=body["question"],
-        examples=examples, from_labels=from_labels, use=use, rows=rows, input_tokens=tokens,
-        example_count=len(examples) + len(labelled),
-        admit=ctx.quotas.admission(owner, PRIORITY, rows))
-    metrics.jobs_submitted.labels(job.model, PRIORITY).inc()
-    ctx.backlog.add(job.model, PRIORITY, job.rows)
-    ctx.queue.send(job.id, job.model, PRIORITY, owner)
-    return record
 
 
 @router.post("/v1/questions", status_code=202)
 async def teach(request: Request, ctx: Context, owner: Owner) -> JSONResponse:
     body = await read_json(request)
-    record = await run_in_threadpool(_teach, ctx, owner, body)
-    return JSONResponse(taught_view(record), status_code=202,
+    record = await run_in_threadpool(teaching.teach, ctx, owner, body)
+    return JSONResponse(teaching.taught_view(record), status_code=202,
                         headers={"Location": f"/v1/questions/{record.id}"})
-
-
-def _owned(ctx: ApiContext, taught_id: str, owner: str) -> taught_store.TaughtRecord:
-    record = taught_store.get_taught(ctx.db, taught_id, owner)
-    if record is None:
-        raise not_found(f"no taught question {taught_id!r}")
-    return record
 
 
 @router.get("/v1/questions/{taught_id}")
 async def read_taught(taught_id: str, ctx: Context, owner: Owner,
                       wait: Annotated[float | None, Query(ge=0, le=MAX_WAIT_SECONDS)] = None
                       ) -> dict[str, Any]:
-    record = await run_in_threadpool(_owned, ctx, taught_id, owner)
-    if wait and record.status not in (taught_store.READY, taught_store.FAILED) and record.job_id:
-        await wait_finished(ctx, record.job_id, owner, wait)
-        record = await run_in_threadpool(_owned, ctx, taught_id, owner)
-    return taught_view(record)
+    return await teaching.read_taught(ctx, owner, taught_id, wait)
+
+
+def _page(ctx: ApiContext, owner: str, limit: int, after: str | None,
+          match_key: str | None = None) -> dict[str, Any]:
+    page = taught_store.list_taught(ctx.db, owner=owner, limit=limit + 1, after=after,
+                                    match_key=match_key)
+    more = len(page) > limit
+    page = page[:limit]
+    answering = taught_store.answering_ids(ctx.db, page)
+    return {"object": "list", "data": [teaching.taught_view(record, record.id in answering)
+                                       for record in page],
+            "has_more": more, "after": page[-1].id if more else None}
 
 
 @router.get("/v1/questions")
 async def list_taught(ctx: Context, owner: Owner,
                       limit: PageSize = 20,
                       after: Annotated[str | None, Query()] = None) -> dict[str, Any]:
-    page = await run_in_threadpool(taught_store.list_taught, ctx.db, owner=owner,
-                                   limit=limit + 1, after=after)
-    more = len(page) > limit
-    page = page[:limit]
-    return {"object": "list", "data": [taught_view(record) for record in page],
-            "has_more": more, "after": page[-1].id if more else None}
+    """The caller's taught questions, every version, newest first."""
+    return await run_in_threadpool(_page, ctx, owner, limit, after)
+
+
+@router.get("/v1/questions/{taught_id}/versions")
+async def list_versions(taught_id: str, ctx: Context, owner: Owner,
+                        limit: PageSize = 20,
+                        after: Annotated[str | None, Query()] = None) -> dict[str, Any]:
+    """Every version of a taught question's question, newest first; one of them at most has
+    ``answering`` true."""
+    record = await run_in_threadpool(teaching.owned_taught, ctx, taught_id, owner)
+    return await run_in_threadpool(_page, ctx, owner, limit, after, record.match_key)
+
+
+EXPORT_PAGE = 500
+
+
+def _export_lines(ctx: ApiContext, record: taught_store.TaughtRecord) -> Iterator[str]:
+    """The version's own examples, then every label recorded for its question (the labels a
+    ``from_labels`` fit reads), one JSON object a line, in the shape ``decide teach`` reads."""
+    def line(item: dict[str, Any]) -> str:
+        return json.dumps({"question": record.question, **item}, ensure_ascii=False) + "\n"
+
+    for example in record.examples or []:
+        yield line({**example, "source": "example"})
+    after: tuple[str, str] | None = None
+    while True:
+        page = taught_store.labels_page(ctx.db, owner=record.owner, match_key=record.match_key,
+                                        after=after, limit=EXPORT_PAGE)
+        for label in page:
+            yield line({"state": label["state"], "answer": label["answer"], "source": "label",
+                        "job_id": label["job_id"], "question_key": label["question_key"]})
+        if len(page) < EXPORT_PAGE:
+            return
+        after = (page[-1]["job_id"], page[-1]["question_key"])
+
+
+@router.get("/v1/questions/{taught_id}/examples")
+async def export_examples(taught_id: str, ctx: Context, owner: Owner) -> StreamingResponse:
+    """A taught question's examples and its question's labels as JSONL
+    (``{"state", "question", "answer", "source"}`` a line; ``decide teach`` reads it back)."""
+    record = await run_in_threadpool(taught_store.get_taught, ctx.db, taught_id, owner,
+                                     with_examples=True)
+    if record is None:
+        raise not_found(f"no taught question {taught_id!r}")
+    return StreamingResponse(_export_lines(ctx, record), media_type="application/x-ndjson",
+                             headers={"Content-Disposition":
+                                      f'attachment; filename="{taught_id}.jsonl"'})
 
 
 @router.delete("/v1/questions/{taught_id}")
@@ -132,39 +121,14 @@ async def delete_taught(taught_id: str, ctx: Context, owner: Owner) -> dict[str,
             "job_id": deleted.job_id, "fit": deleted.fit}
 
 
-def _label(ctx: ApiContext, owner: str, job_id: str, body: Any) -> dict[str, Any]:
-    job = owned_job(ctx, job_id, owner)
-    if job.kind != jobs.DECISION:
-        raise not_found(f"no job {job_id!r}")
-    if not isinstance(body, dict):
-        raise invalid("body", [], f"the body must be a JSON object, not {json_kind(body)}",
-                      "dict_type")
-    full = job_reads.full_request(ctx.db, job_reads.get_job(ctx.db, job_id, owner,
-                                                            with_request=True))
-    request = parse_request(full, blank_state_ok=True)
-    answers = check_label_answers(body.get("answers"), request.questions)
-    by_id = {question.id: question for question in request.questions}
-    taught_store.save_labels(ctx.db, job_id=job_id, owner=owner, labels={
-        key: (match_key(job.model, by_id[key]), answer) for key, answer in answers.items()})
-    return {"job_id": job_id, "object": "labels", "answers": answers}
-
-
 @router.post("/v1/jobs/{job_id}/labels")
 async def label_job(job_id: str, request: Request, ctx: Context, owner: Owner) -> dict[str, Any]:
     body = await read_json(request)
-    return await run_in_threadpool(_label, ctx, owner, job_id, body)
+    return await run_in_threadpool(teaching.label, ctx, owner, job_id, body)
 
-
-
-def _labels_of(ctx: ApiContext, owner: str, job_id: str) -> dict[str, Any]:
-    job = owned_job(ctx, job_id, owner)
-    if job.kind != jobs.DECISION:
-        raise not_found(f"no job {job_id!r}")
-    return {"job_id": job_id, "object": "labels",
-            "answers": taught_store.job_labels_of(ctx.db, job_id=job_id, owner=owner)}
 
 
 @router.get("/v1/jobs/{job_id}/labels")
 async def read_labels(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
     """The right answers recorded for a past decision (``{}`` where none is)."""
-    return await run_in_threadpool(_labels_of, ctx, owner, job_id)
+    return await run_in_threadpool(teaching.labels_of, ctx, owner, job_id)

@@ -5,9 +5,11 @@
 over the query, a relevance noul per document); ``submit_job`` keeps a job in this process's
 memory and decodes it on one background thread, in order (it is planned, its limits
 checked, with the model's vocabulary alone, so a submission never waits for a decode);
-``get_job`` reads it (with a wait). The engine is used by one thread at a time, so a
-``decide`` waits for the decode in progress. Jobs are shaped as the service's, and forgotten
-when the process ends (or, finished, past ``KEEP_FINISHED``).
+``get_job`` reads it (with a wait). ``teach`` fits on the same line, and its taught questions
+answer later calls as the service's answer its key's (``decide.cli.mcp_taught``); ``label``
+records a job's right answers for a ``teach`` with ``from_labels``. The engine is used by one
+thread at a time, so a ``decide`` waits for the decode in progress. Jobs are shaped as the
+service's, and forgotten when the process ends (or, finished, past ``KEEP_FINISHED``).
 """
 
 from __future__ import annotations
@@ -24,17 +26,21 @@ import anyio
 from decide.api import mcp_tools
 from decide.api.errors import invalid
 from decide.api.mcp_server import ToolFailure
+from decide.api.rerank import DEFAULT_RELEVANCE
 from decide.api.submit import request_hash
 from decide.api.views import timestamp
+from decide.cli.mcp_taught import FAILED, FITTING, READY, LocalTaught, TaughtBook, unknown_job
 from decide.config.settings import Settings
 from decide.core.engine import Decision
 from decide.core.errors import ConfigError, DecideError
 from decide.core.protocol import DecisionRequest, parse_request
 from decide.core.rerank import decision_body, documents_read, parse_rerank, rerank_response
+from decide.core.taught import match_key
 from decide.llm.catalog import load_catalog
 from decide.llm.decoding import load_decoding_engine
 from decide.llm.engines import load_planner
 from decide.runner.in_process import build_in_use
+from decide.worker.teaching import fit_examples, stored_question
 
 WAIT_POLL_SECONDS = 0.05
 """How often ``get_job``'s wait looks at its job (a sleep, cancelled at once when the client
@@ -68,6 +74,8 @@ class LocalJob:
     result: dict[str, Any] | None = None
     error: dict[str, str] | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    request: DecisionRequest | None = None
+    """What it decodes, its taught readouts chosen when it was accepted (labels read it)."""
 
     def view(self) -> dict[str, Any]:
         """As ``GET /v1/jobs/{id}`` shows a job."""
@@ -103,6 +111,7 @@ class LocalTools:
         """Held while a job is accepted: a key's replay and its first use never race."""
         self._line = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decide-mcp-job")
         self._closing = threading.Event()
+        self._taught = TaughtBook()
 
     @property
     def model_names(self) -> list[str]:
@@ -157,8 +166,13 @@ class LocalTools:
         return replace(self._engine(request.model).decide(request, self._still_open),
                        build=build_in_use())
 
+    def _with_taught(self, request: DecisionRequest) -> DecisionRequest:
+        """``request`` with the readouts of the taught questions that answer it, chosen now."""
+        with self._taught.lock:
+            return self._taught.readouts(request, self._config(request.model).name)
+
     def _decide_now(self, body: dict[str, Any]) -> dict[str, Any]:
-        request = parse_request(body)
+        request = self._with_taught(parse_request(body))
         with self._engine_lock:
             return self._decided(request).to_wire()
 
@@ -167,14 +181,24 @@ class LocalTools:
 
     def _rerank_now(self, body: dict[str, Any]) -> dict[str, Any]:
         request = parse_rerank(body)
+        question, taught_id = request.question, request.taught
+        if taught_id is None and question is None:  # the taught default, as the service's
+            with self._taught.lock:
+                taught_id = self._taught.answering_id(
+                    match_key(self._config(request.model).name, DEFAULT_RELEVANCE))
         if request.taught is not None:
-            raise invalid("arguments", ["x_question"], "a taught question is kept by a "
-                          "service: run decide mcp --url to use it, or give a noul here")
+            with self._taught.lock:
+                named = self._taught.get(request.taught).question
+            if named.get("type") != "noul":
+                raise invalid("arguments", ["x_question"], f"taught question {request.taught} "
+                              "is not a noul; a relevance question must be one")
+            question = question or named
+
         def counter() -> Any:
             with self._engine_lock:
                 return self._engine(request.model).count_tokens
 
-        body = decision_body(request, request.question,
+        body = decision_body(request, question, taught_id,
                              documents=documents_read(request, counter))
         decided = self._decide_now(body)
         return rerank_response(f"rerank_{uuid.uuid4().hex[:24]}", request, decided["answers"],
@@ -201,13 +225,13 @@ class LocalTools:
                                   "arguments; use a new key for a new request",
                                   "idempotency_conflict")
                 return known
-            request = parse_request(job.body)
+            request = self._with_taught(parse_request(job.body))
             engine = self._planner(request.model)
             plan = engine.plan(request)
             kept = LocalJob(id=f"job_{uuid.uuid4().hex[:24]}", priority=job.priority,
                             model=engine.model_name, metadata=job.metadata, rows=plan.row_total,
                             input_tokens=plan.input_tokens, fingerprint=fingerprint,
-                            idempotency_key=job.idempotency_key)
+                            idempotency_key=job.idempotency_key, request=request)
             self._jobs[kept.id] = kept
             if job.idempotency_key is not None:
                 self._keys[job.idempotency_key] = kept.id
@@ -259,3 +283,59 @@ class LocalTools:
         while not job.done.is_set() and time.monotonic() < deadline:  # no thread to cancel
             await anyio.sleep(min(WAIT_POLL_SECONDS, deadline - time.monotonic()))
         return job.view()
+
+    def _teach_now(self, body: dict[str, Any]) -> LocalTaught:
+        model = body.get("model")
+        if model is not None and not isinstance(model, str):
+            raise invalid("arguments", ["model"], "model must be a string or null",
+                          "string_type")
+        with self._book:
+            self._still_open()
+            with self._taught.lock:
+                taught = self._taught.new(body, self._config(model).name)
+            self._line.submit(self._fit, taught)
+        return taught
+
+    def _fit(self, taught: LocalTaught) -> None:
+        """Fit a taught question on the job line, as a worker fits one (``fit_examples``)."""
+        taught.status = FITTING
+        try:
+            with self._engine_lock:
+                self._still_open()
+                fitted, figures, _ = fit_examples(taught.id, stored_question(taught.question),
+                                                  taught.examples, self._engine(taught.model),
+                                                  self._still_open, use=taught.use)
+            taught.readout, taught.fit, taught.status = fitted.readout, figures, READY
+        except Closing:
+            taught.error = {"error_type": "cancelled",
+                            "message": "decide mcp stopped before the fit finished"}
+            taught.status = FAILED
+        except Exception as error:  # said on the taught question, as a fit job's failure
+            taught.error = {"error_type": "fit_failed", "message": str(error)}
+            taught.status = FAILED
+        finally:
+            taught.finished_at = time.time()
+            taught.done.set()
+
+    async def _view_after(self, taught: LocalTaught, wait: float | None) -> dict[str, Any]:
+        deadline = time.monotonic() + (wait or 0)
+        while not taught.done.is_set() and time.monotonic() < deadline:
+            await anyio.sleep(min(WAIT_POLL_SECONDS, deadline - time.monotonic()))
+        with self._taught.lock:
+            return self._taught.view(taught)
+
+    async def teach(self, body: dict[str, Any], wait: float | None) -> dict[str, Any]:
+        taught = await anyio.to_thread.run_sync(self._teach_now, body)
+        return await self._view_after(taught, wait)
+
+    async def get_taught(self, taught_id: str, wait: float | None) -> dict[str, Any]:
+        with self._taught.lock:
+            taught = self._taught.get(taught_id)
+        return await self._view_after(taught, wait)
+
+    async def label(self, job_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        job = self._jobs.get(job_id)
+        if job is None or job.request is None:
+            raise unknown_job(job_id)
+        with self._taught.lock:
+            return self._taught.record_labels(job_id, job.request, job.model, body)

@@ -37,8 +37,9 @@ def refused(error: APIError) -> ToolFailure:
 
 class RemoteTools:
     """The tools through a running service: ``POST /v1/systemone``, ``POST /v1/rerank``,
-    ``POST /v1/jobs`` and ``GET /v1/jobs/{id}`` with the project's ``AsyncClient`` (its
-    retries of 503 and 429)."""
+    ``POST /v1/jobs``, ``GET /v1/jobs/{id}``, ``POST /v1/questions``,
+    ``GET /v1/questions/{id}`` and ``POST /v1/jobs/{id}/labels`` with the project's
+    ``AsyncClient`` (its retries of 503 and 429)."""
 
     def __init__(self, client: AsyncClient) -> None:
         self.client = client
@@ -88,6 +89,26 @@ class RemoteTools:
         except APIError as error:
             raise refused(error) from error
         return answer
+
+    async def _through(self, method: str, path: str, **sent: Any) -> dict[str, Any]:
+        try:
+            answer, _ = await self.client._call(method, path, **sent)
+        except APIError as error:
+            raise refused(error) from error
+        return answer
+
+    async def teach(self, body: dict[str, Any], wait: float | None) -> dict[str, Any]:
+        """``POST /v1/questions``, then ``GET /v1/questions/{id}?wait=``."""
+        taught = await self._through("POST", "/v1/questions", json_body=body)
+        return await self.get_taught(taught["id"], wait) if wait else taught
+
+    async def get_taught(self, taught_id: str, wait: float | None) -> dict[str, Any]:
+        return await self._through("GET", f"/v1/questions/{taught_id}",
+                                   params={"wait": wait} if wait else None,
+                                   timeout=(wait or 0) + self.client.timeout)
+
+    async def label(self, job_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._through("POST", f"/v1/jobs/{job_id}/labels", json_body=body)
 
 
 async def serve(backend: Backend, model_names: list[str] | None = None,

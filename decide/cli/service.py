@@ -24,7 +24,7 @@ from decide.cli.exposure import open_beyond_loopback, open_warning, refusal
 from decide.config.keys_file import ensure_keys
 from decide.config.settings import Settings
 from decide.core.display import render_decision
-from decide.core.errors import ConfigError, InvalidRequest
+from decide.core.errors import ConfigError
 from decide.core.protocol import MAX_WAIT_SECONDS, DecisionRequest, parse_request
 from decide.llm.catalog import ModelConfig, base_profile, load_catalog, profile_path
 from decide.migrations.apply import upgrade
@@ -32,7 +32,6 @@ from decide.quality.calibrate import fit_temperatures, read_examples, report, wi
 from decide.quality.evaluate import evaluate, load_set
 from decide.runner.check import format_check, run_check
 from decide.runner.in_process import build_in_use
-from decide.worker.teaching import fit_examples, stored_question
 
 
 def _load_engine(config: ModelConfig, settings: Settings, *, decoding: bool = True) -> Any:
@@ -341,41 +340,12 @@ def calibrate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_teachable(path: str, question: dict[str, Any],
-                    examples: list[dict[str, Any]]) -> None:
-    """The service's own check of a new taught question's examples (every answer of it
-    given, answers valid, enough in all): a fit on one answer, or none, means nothing."""
-    from decide.api.taught import check_examples, checked_question  # the front door's, as is
-
-    title = question.get("instructions") or question.get("type")
-    try:
-        check_examples(examples, checked_question(question), labelled=0, labelled_answers=[])
-    except InvalidRequest as error:
-        raise UsageError(f"{path}: question {title!r}: {error}") from error
-
-
-def teach_in_process(question: dict[str, Any], examples: list[dict[str, Any]],
-                     model: str | None, *, use: str = "auto") -> dict[str, Any]:
-    """``decide teach`` without ``--url``: fit on a model loaded here; the figures only."""
-    settings = Settings()
-    loaded = _loaded_engines.get(model)
-    if loaded is None:
-        loaded = _loaded_engines[model] = _load_engine(load_catalog(settings).get(model),
-                                                       settings)
-    _, figures, _ = fit_examples("tq_local", stored_question(question), examples, loaded.engine,
-                                 use=use)
-    return figures
-
-
 def mcp_command(args: argparse.Namespace) -> int:
     """``decide mcp``: the mcp SDK is imported only for this command."""
     from decide.cli.mcp_stdio import mcp_command as serve_tools
 
     return serve_tools(args)
 
-
-_loaded_engines: dict[str | None, Any] = {}
-"""Models ``teach_in_process`` loaded, kept for the command's other questions."""
 
 SERVER_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "calibrate": calibrate_command, "models": models_command, "serve": serve_command,

@@ -1,6 +1,7 @@
 """``decide teach FILE.jsonl``: teach every question of a labelled file, through a running
 service (``--url``: the taught questions are stored and answer that key's requests) or
-in-process (the figures only, nothing stored)."""
+in-process (the figures only, nothing stored); ``--holdout`` scores a held-out file after each
+fit (``decide.cli.holdout``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 from typing import Any
 
 from decide.cli.common import add_service_args, positive_seconds, reading, whole_number
+from decide.cli.holdout import both_ways, question_key, render_holdout, score_holdout
 from decide.client import Client
 from decide.core.protocol import is_blank_state
 from decide.core.questions import Collector, parse_question
@@ -124,31 +126,64 @@ def render_fit(question: dict[str, Any], status: str, fit: dict[str, Any] | None
     return "\n".join(lines) + "\n"
 
 
+def read_holdout(path: str | None) -> dict[str, list[dict[str, Any]]]:
+    """``--holdout``: the held-out file's examples by question (``holdout.question_key``)."""
+    if path is None:
+        return {}
+    return {question_key(question): examples for question, examples in read_examples(path)}
+
+
 def teach_command(args: argparse.Namespace) -> int:
     groups = read_examples(args.file)
-    failed = 0
-    if args.url:
-        check_groups(args.file, [(question, first_per_answer(examples, args.per_question))
-                                 for question, examples in groups])
-        with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
-            for question, examples in groups:
-                taught = client.teach(question, first_per_answer(examples, args.per_question),
-                                      model=args.model, wait=args.wait, use=args.use)
-                failed += taught.status != "ready"
-                print(render_fit(question, taught.status, taught.fit, taught.error,
-                                 taught.id), flush=True)
-        return 1 if failed else 0
-    # the server extra's; loads llama_cpp
-    from decide.cli.service import check_teachable, teach_in_process
-
+    held_out = read_holdout(args.holdout)
     chosen = [(question, first_per_answer(examples, args.per_question))
               for question, examples in groups]
+    if args.url:
+        check_groups(args.file, chosen)
+        return _teach_through(args, chosen, held_out)
+    # the server extra's; loads llama_cpp
+    from decide.cli.teach_local import check_teachable, teach_in_process
+
     for question, examples in chosen:  # all of them, before a model is loaded
         check_teachable(args.file, question, examples)
     for question, examples in chosen:
-        fit = teach_in_process(question, examples, args.model, use=args.use)
-        print(render_fit(question, "fitted", fit, None), flush=True)
+        local = teach_in_process(question, examples, args.model, use=args.use)
+        print(render_fit(question, "fitted", local.figures, None), end="", flush=True)
+        if question_key(question) in held_out:
+            held = score_holdout(question, held_out[question_key(question)], local.ask)
+            print(render_holdout(args.holdout, held, local.figures["gate"]["used"]), end="")
+        print(flush=True)
     return 0
+
+
+def _teach_through(args: argparse.Namespace, chosen: list[tuple[dict[str, Any], list[Any]]],
+                   held_out: dict[str, list[dict[str, Any]]]) -> int:
+    """``--url``: each question taught through the service, and its held-out items asked."""
+    failed = 0
+    with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
+        for question, examples in chosen:
+            taught = client.teach(question, examples, model=args.model, wait=args.wait,
+                                  use=args.use)
+            failed += taught.status != "ready"
+            print(render_fit(question, taught.status, taught.fit, taught.error, taught.id),
+                  end="", flush=True)
+            key = question_key(question)
+            if taught.status == "ready" and key in held_out:
+                held = score_holdout(question, held_out[key],
+                                     _asker(client, question, taught.id, args.model))
+                print(render_holdout(args.holdout, held, (taught.fit or {}).get(
+                    "gate", {}).get("used", True)), end="")
+            print(flush=True)
+    return 1 if failed else 0
+
+
+def _asker(client: Client, question: dict[str, Any], taught_id: str,
+           model: str | None) -> Any:
+    """A held-out state asked both ways through the service (``holdout.both_ways``)."""
+    def ask(state: Any, _: Any) -> dict[str, Any]:
+        return client.decide(state, both_ways(question, taught_id), model=model).answers
+
+    return ask
 
 
 def add_teach_parser(commands: Any, service_url: str | None) -> None:
@@ -163,6 +198,9 @@ def add_teach_parser(commands: Any, service_url: str | None) -> None:
     teach.add_argument("--use", choices=("auto", "always"), default="auto",
                        help="auto (default): a fit answers only where it beats zero-shot on "
                             "its examples; always: answer with it anyway")
+    teach.add_argument("--holdout", metavar="HELD.jsonl",
+                       help="after each fit, ask this file's items of the same question with "
+                            "the fit and zero-shot, and print both scores")
     teach.add_argument("--wait", type=positive_seconds("--wait"), default=600.0,
                        help="seconds to wait for each fit through --url (default 600)")
     add_service_args(teach, service_url)

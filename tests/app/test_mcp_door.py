@@ -1,5 +1,5 @@
 """``/mcp`` in-process: MCP's JSON-RPC over streamable HTTP behind the API keys. A call without
-a valid key is a 401 like any route's; a keyed call lists the four tools and calls them as
+a valid key is a 401 like any route's; a keyed call lists the tools and calls them as
 that key's owner (a job a tool submits is the key's, and no other key's); a bad argument is a
 tool error naming the field. (The SDK's own client against a real ``decide serve``:
 ``tests/api/test_mcp.py``.)"""
@@ -12,6 +12,7 @@ from itertools import count
 import anyio
 import pytest
 
+from decide.api import mcp_tools
 from decide.api.mcp_door import McpSessions
 from decide.core.protocol import MAX_BODY_BYTES
 from decide.store import outbox
@@ -48,7 +49,8 @@ def test_a_keyed_call_lists_the_tools_with_the_wire_schemas(front_door):
     listed = rpc(front_door, "tools/list")
     assert listed.status_code == 200, listed.text
     tools = {tool["name"]: tool for tool in listed.json()["result"]["tools"]}
-    assert list(tools) == ["decide", "rerank", "submit_job", "get_job"]
+    assert list(tools) == ["decide", "rerank", "submit_job", "get_job", "teach", "get_taught",
+                           "label"]
     decide = tools["decide"]["inputSchema"]
     assert decide["required"] == ["state", "questions"]
     assert "gemma-3-270m" in decide["properties"]["model"]["anyOf"][0]["enum"]
@@ -214,7 +216,7 @@ def test_a_streamed_body_is_refused_once_it_passes_the_cap(front_door):
     assert refused.json()["detail"]["error_type"] == "request_too_large"
     listed = front_door.client.post("/mcp", headers=headers, content=chunked(2000))
     assert listed.status_code == 200, listed.text
-    assert len(listed.json()["result"]["tools"]) == 4
+    assert len(listed.json()["result"]["tools"]) == len(mcp_tools.TOOLS)
 
 
 def test_the_tools_check_their_arguments_off_the_event_loop(front_door, monkeypatch):
@@ -272,7 +274,7 @@ def test_a_body_over_the_sdks_own_cap_but_within_the_services_reaches_the_tools(
                "params": {"_meta": {"pad": "x" * (5 * 1024 * 1024)}}}
     listed = front_door.client.post("/mcp", headers=headers, content=json.dumps(message))
     assert listed.status_code == 200, listed.text[:300]
-    assert len(listed.json()["result"]["tools"]) == 4
+    assert len(listed.json()["result"]["tools"]) == len(mcp_tools.TOOLS)
 
 
 def test_only_post_reaches_the_stateless_sessions(front_door):

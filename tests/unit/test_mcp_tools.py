@@ -32,7 +32,8 @@ NOUL = {"type": "noul", "instructions": "Refund?"}
 
 def test_the_schemas_are_the_http_apis_models():
     by_name = {spec.name: spec for spec in mcp_tools.TOOLS}
-    assert list(by_name) == ["decide", "rerank", "submit_job", "get_job"]
+    assert list(by_name) == ["decide", "rerank", "submit_job", "get_job", "teach",
+                             "get_taught", "label"]
     assert mcp_tools.input_schema(by_name["decide"]) == SystemOneRequest.model_json_schema()
     assert mcp_tools.input_schema(by_name["rerank"]) == RerankRequestSchema.model_json_schema()
     submit = mcp_tools.input_schema(by_name["submit_job"])["properties"]
@@ -43,6 +44,11 @@ def test_the_schemas_are_the_http_apis_models():
         mode="serialization")
     assert mcp_tools.output_schema(by_name["rerank"])["title"] == RerankResponse.__name__
     assert mcp_tools.output_schema(by_name["get_job"])["title"] == JobSchema.__name__
+    teach = mcp_tools.input_schema(by_name["teach"])
+    assert {"question", "examples", "from_labels", "use", "wait"} <= set(teach["properties"])
+    assert teach["required"] == ["question"]
+    assert mcp_tools.output_schema(by_name["teach"])["title"] == "TaughtQuestionSchema"
+    assert mcp_tools.input_schema(by_name["label"])["required"] == ["job_id", "answers"]
     named = mcp_tools.input_schema(by_name["decide"], ["gemma-3-270m", "other"])
     assert named["properties"]["model"]["anyOf"][0]["enum"] == ["gemma-3-270m", "other"]
 

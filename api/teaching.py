@@ -1,0 +1,126 @@
+"""Taught questions and labels as the front door's doors share them: the routes
+(``api.routes.questions``) and the MCP tools (``api.mcp_door``) call these, so a taught
+question or a label made either way is checked, stored, queued and shown alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from decide import metrics
+from decide.api.context import ApiContext
+from decide.api.errors import invalid, not_found
+from decide.api.submit import check_lane, owned_job
+from decide.api.taught import (
+    check_examples,
+    check_label_answers,
+    check_readable,
+    checked_question,
+    example_rows,
+)
+from decide.api.views import timestamp
+from decide.api.waiting import wait_finished
+from decide.core.protocol import parse_request
+from decide.core.questions import json_kind
+from decide.core.taught import ALWAYS, AUTO, MAX_EXAMPLES, match_key
+from decide.store import job_reads, jobs
+from decide.store import taught as taught_store
+
+PRIORITY = "background"
+"""The lane of every fit."""
+
+
+def taught_view(record: taught_store.TaughtRecord, answering: bool = False) -> dict[str, Any]:
+    """A taught question as the API shows it; ``answering``: whether it answers matching
+    questions now (``store.taught.answering``)."""
+    return {"id": record.id, "object": "taught_question", "status": record.status,
+            "version": record.version, "answering": answering,
+            "model": record.model, "question": record.question,
+            "examples": record.example_count, "from_labels": record.from_labels,
+            "fit": record.fit, "error": record.error, "job_id": record.job_id,
+            "created_at": timestamp(record.created_at),
+            "finished_at": timestamp(record.finished_at)}
+
+
+def teach(ctx: ApiContext, owner: str, body: Any) -> taught_store.TaughtRecord:
+    """A new taught question (its next version, where the question was taught before) and its
+    fit job in the background lane, every field checked (a 422 names it)."""
+    if not isinstance(body, dict):
+        raise invalid("body", [], f"the body must be a JSON object, not {json_kind(body)}",
+                      "dict_type")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise invalid("body", ["model"], f"model must be a string or null, not "
+                      f"{json_kind(model)}", "string_type")
+    config = ctx.model(model)
+    question = checked_question(body.get("question"))
+    from_labels = body.get("from_labels", False)
+    if not isinstance(from_labels, bool):
+        raise invalid("body", ["from_labels"], "from_labels must be true or false", "bool_type")
+    use = body.get("use", AUTO)
+    if use not in (AUTO, ALWAYS):
+        raise invalid("body", ["use"], "use must be \"auto\" (answer only where the fit beats "
+                      "zero-shot on its examples) or \"always\"", "literal_error")
+    key = match_key(config.name, question)
+    labelled = (taught_store.labelled_examples(ctx.db, owner=owner, match_key=key,
+                                               limit=MAX_EXAMPLES + 1) if from_labels else [])
+    examples = check_examples(body.get("examples"), question, labelled=len(labelled),
+                              labelled_answers=[label["answer"] for label in labelled],
+                              from_labels=from_labels)
+    check_readable(ctx, config.name)
+    rows, tokens = example_rows(ctx, config.name, question, examples + labelled)
+    check_lane(ctx, config.name, PRIORITY, rows)
+    record, job = taught_store.create_taught(
+        ctx.db, owner=owner, model=config.name, match_key=key, question=body["question"],
+        examples=examples, from_labels=from_labels, use=use, rows=rows, input_tokens=tokens,
+        example_count=len(examples) + len(labelled),
+        admit=ctx.quotas.admission(owner, PRIORITY, rows))
+    metrics.jobs_submitted.labels(job.model, PRIORITY).inc()
+    ctx.backlog.add(job.model, PRIORITY, job.rows)
+    ctx.queue.send(job.id, job.model, PRIORITY, owner)
+    return record
+
+
+def owned_taught(ctx: ApiContext, taught_id: str, owner: str) -> taught_store.TaughtRecord:
+    record = taught_store.get_taught(ctx.db, taught_id, owner)
+    if record is None:
+        raise not_found(f"no taught question {taught_id!r}")
+    return record
+
+
+async def read_taught(ctx: ApiContext, owner: str, taught_id: str,
+                      wait: float | None) -> dict[str, Any]:
+    """A taught question's view; ``wait``: first hold until its fit has ended (or that many
+    seconds have passed)."""
+    record = await run_in_threadpool(owned_taught, ctx, taught_id, owner)
+    if wait and record.status not in (taught_store.READY, taught_store.FAILED) and record.job_id:
+        await wait_finished(ctx, record.job_id, owner, wait)
+        record = await run_in_threadpool(owned_taught, ctx, taught_id, owner)
+    answering = await run_in_threadpool(taught_store.answering_ids, ctx.db, [record])
+    return taught_view(record, record.id in answering)
+
+
+def label(ctx: ApiContext, owner: str, job_id: str, body: Any) -> dict[str, Any]:
+    job = owned_job(ctx, job_id, owner)
+    if job.kind != jobs.DECISION:
+        raise not_found(f"no job {job_id!r}")
+    if not isinstance(body, dict):
+        raise invalid("body", [], f"the body must be a JSON object, not {json_kind(body)}",
+                      "dict_type")
+    full = job_reads.full_request(ctx.db, job_reads.get_job(ctx.db, job_id, owner,
+                                                            with_request=True))
+    request = parse_request(full, blank_state_ok=True)
+    answers = check_label_answers(body.get("answers"), request.questions)
+    by_id = {question.id: question for question in request.questions}
+    taught_store.save_labels(ctx.db, job_id=job_id, owner=owner, labels={
+        key: (match_key(job.model, by_id[key]), answer) for key, answer in answers.items()})
+    return {"job_id": job_id, "object": "labels", "answers": answers}
+
+
+def labels_of(ctx: ApiContext, owner: str, job_id: str) -> dict[str, Any]:
+    job = owned_job(ctx, job_id, owner)
+    if job.kind != jobs.DECISION:
+        raise not_found(f"no job {job_id!r}")
+    return {"job_id": job_id, "object": "labels",
+            "answers": taught_store.job_labels_of(ctx.db, job_id=job_id, owner=owner)}
