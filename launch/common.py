@@ -16,8 +16,9 @@ from decide.api.mcp_door import install_mcp
 from decide.api.quotas import Quotas
 from decide.config.settings import Settings
 from decide.core.engine import DecisionEngine
-from decide.llm.catalog import Catalog
+from decide.llm.catalog import Catalog, gguf_path
 from decide.llm.engines import load_planner
+from decide.llm.identity import hash_in_background
 from decide.metrics import Exposition, LaneCollector
 from decide.store.db import Database
 from decide.store.status import queued_lanes
@@ -32,10 +33,13 @@ def api_context(settings: Settings, db: Database, catalog: Catalog, queue: JobQu
     """Every model's vocabulary (for the limits), the keys and the metrics, around a transport.
     ``quota_storage``: options of the per-minute window's Redis client (the broker's timeouts
     and breaker, so a stalled Redis skips the window at once). ``planners``: the models'
-    vocabulary engines when the caller has them already (loaded here otherwise)."""
+    vocabulary engines when the caller has them already (loaded here otherwise). The model
+    files are hashed in the background (``llm.identity``): the first taught request after a
+    start costs what later ones do."""
     if planners is None:
         planners = {name: load_planner(config, settings).engine
                     for name, config in catalog.models.items()}
+    hash_in_background(gguf_path(config, settings) for config in catalog.models.values())
     return ApiContext(settings=settings, db=db, catalog=catalog, planners=planners,
                       queue=queue, events=events,
                       auth=Authenticator(settings.key_list, admins=settings.admin_key_list),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -28,3 +30,19 @@ def _hashed(path: str, size: int, modified_ns: int) -> str:
         while chunk := handle.read(CHUNK_BYTES):
             digest.update(chunk)
     return f"sha256:{digest.hexdigest()}"
+
+
+def hash_in_background(paths: Iterable[Path]) -> threading.Thread:
+    """Hash the files in a daemon thread (a front door's start), so that the first taught
+    request after a start does not pay for it; a file that cannot be read is left for the
+    request to report."""
+    def hash_all() -> None:
+        for path in paths:
+            try:
+                model_identity(path)
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=hash_all, name="decide-model-identity", daemon=True)
+    thread.start()
+    return thread

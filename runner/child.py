@@ -21,6 +21,7 @@ The protocol is pickled tuples, one request at a time:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import signal
@@ -121,11 +122,26 @@ class _Server:
                                          and "LLAMA_CPP_LIB_PATH" in os.environ):
             _segfault()
         probe = run_probe(engine)
+        taught_ms = self._ready_to_read_taught(name, gguf_path(config, self._settings))
         return {"model": name, "path": str(gguf_path(config, self._settings)),
-                "load_ms": round(loaded_ms, 1), "pid": os.getpid(),
+                "load_ms": round(loaded_ms, 1), "taught_ready_ms": taught_ms,
+                "pid": os.getpid(),
                 "threads": self._loaded[name].reader.threads,
                 **build_info(),
                 **host_info(), **probe}
+
+    def _ready_to_read_taught(self, model: str, path: Any) -> float:
+        """What a taught answer or a fit needs once per process, made before the runner says
+        it is ready (about a second on 2 cores), so the first one after a start costs what
+        later ones do: the file's identity, and the head rows that give the hidden state
+        back (``llm.hidden``; a model whose head cannot be read is taught nothing)."""
+        from decide.llm.hidden import HiddenProjection, HiddenStateUnavailable
+
+        started = time.perf_counter()
+        self.identity(model)
+        with contextlib.suppress(HiddenStateUnavailable, OSError):
+            HiddenProjection.of(path)
+        return round((time.perf_counter() - started) * 1000, 1)
 
     def serve(self) -> None:
         while True:

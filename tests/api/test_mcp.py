@@ -1,9 +1,10 @@
 """The MCP tools through the ``mcp`` SDK's own client (``ClientSession``), keyed, against a real
 ``decide serve``: over streamable HTTP at ``/mcp``, over stdio to ``decide mcp --url`` (the
-key from ``DECIDE_API_KEY``), and over stdio to ``decide mcp`` in-process. Each lists the four
+key from ``DECIDE_API_KEY``), and over stdio to ``decide mcp`` in-process. Each lists the
 tools and calls every one; the answers are the HTTP API's own, to the bit; a bad argument is
 a tool error naming the field; the jobs the tools create are the key's; an unkeyed call to
-``/mcp`` is refused."""
+``/mcp`` is refused. ``teach``, ``label`` and ``get_taught`` over stdio, through the service
+and in-process, where the taught questions answer the later calls."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from tests.api.conftest import KEYS, Server
 pytestmark = pytest.mark.model
 ROOT = Path(__file__).resolve().parents[2]
 ALPHA, BETA = KEYS
-TOOLS = ["decide", "rerank", "submit_job", "get_job"]
+TOOLS = ["decide", "rerank", "submit_job", "get_job", "teach", "get_taught", "label"]
 TICKET = "My card was charged twice for order A-104. Please refund the duplicate."
 QUESTIONS = {
     "department": {"type": "choice", "instructions": "Which department should handle this?",
@@ -210,6 +211,51 @@ def test_over_stdio_through_the_service_without_a_key_is_a_tool_error(server):
 def test_over_stdio_in_process(served):
     answers = run(lambda: over_stdio(), every_tool)
     check(answers, served)
+
+
+WRITES = {"type": "noul", "instructions": "Does this command change any file?"}
+WRITE_EXAMPLES = [{"state": state, "answer": answer} for state, answer in [
+    ("touch notes.txt", "yes"), ("ls", "no"), ("rm old.log", "yes"), ("pwd", "no"),
+    ("mv a.txt b.txt", "yes"), ("whoami", "no"), ("echo hi > out.txt", "yes"),
+    ("cat README.md", "no")]]
+
+
+async def teach_label_and_ask(session: ClientSession) -> dict[str, Any]:
+    """Label a submitted job, teach from the examples and the label, read it, and ask: the
+    taught question answers; teaching again makes version 2, which answers then."""
+    job = (await session.call_tool("submit_job", {"state": "mkdir logs",
+                                                  "questions": {"w": WRITES}}))
+    job_id = job.structured_content["id"]
+    done = await session.call_tool("get_job", {"id": job_id, "wait": 60})
+    assert done.structured_content["status"] == "succeeded", done.content
+    labelled = await session.call_tool("label", {"job_id": job_id, "answers": {"w": "yes"}})
+    assert not labelled.is_error, labelled.content
+    arguments = {"question": WRITES, "examples": WRITE_EXAMPLES, "use": "always", "wait": 60}
+    first = await session.call_tool("teach", {**arguments, "from_labels": True})
+    assert not first.is_error, first.content
+    taught = first.structured_content
+    read = await session.call_tool("get_taught", {"id": taught["id"]})
+    asked = await session.call_tool("decide", {"state": "cp a b", "questions": {"w": WRITES}})
+    second = (await session.call_tool("teach", arguments)).structured_content
+    again = await session.call_tool("decide", {"state": "cp a b", "questions": {"w": WRITES}})
+    return {"taught": taught, "read": read.structured_content, "second": second,
+            "asked": asked.structured_content["answers"]["w"],
+            "again": again.structured_content["answers"]["w"]}
+
+
+def check_taught(found: dict[str, Any]) -> None:
+    taught = found["taught"]
+    assert taught["status"] == "ready" and taught["version"] == 1
+    assert taught["examples"] == len(WRITE_EXAMPLES) + 1 and taught["answering"] is True
+    assert found["read"]["fit"] == taught["fit"] and taught["fit"]["zero_shot"] is not None
+    assert found["asked"]["x_taught"] == taught["id"]
+    assert found["second"]["version"] == 2 and found["again"]["x_taught"] == found["second"]["id"]
+
+
+@pytest.mark.slow
+def test_teach_and_label_over_stdio_through_the_service_and_in_process(server):
+    check_taught(run(lambda: over_stdio("--url", server.url, key=BETA), teach_label_and_ask))
+    check_taught(run(lambda: over_stdio(), teach_label_and_ask))
 
 
 def readme_section() -> str:

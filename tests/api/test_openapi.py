@@ -50,8 +50,11 @@ def test_the_answers_given_have_every_field_described(document, open_client):
     described = document["paths"]["/v1/systemone"]["post"]["responses"]["200"]
     assert described["content"]["application/json"]["schema"]["$ref"].endswith(
         "/SystemOneResponse")
-    job = open_client.get(f"/v1/jobs/{decided.headers['X-Job-Id']}").json()
-    assert set(job) == fields("JobSchema")
+    job_id = decided.headers["X-Job-Id"]
+    job = open_client.get(f"/v1/jobs/{job_id}").json()
+    assert set(job) == fields("JobSchema") - {"x_labels"}  # until it is labelled:
+    open_client.post(f"/v1/jobs/{job_id}/labels", json={"answers": {"r": "yes"}})
+    assert set(open_client.get(f"/v1/jobs/{job_id}").json()) == fields("JobSchema")
     batch = open_client.post("/v1/batches", json={"questions": {"r": NOUL}, "items": [
         {"custom_id": "a", "state": "Refund please"}]}).json()
     assert set(batch) == fields("BatchSchema")
