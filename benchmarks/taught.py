@@ -4,6 +4,7 @@ Run on demand (not a test):
 
     .venv/bin/python benchmarks/taught.py [--sizes 5 10 20 40] [--calls 40] [--fit-examples 200]
                                           [--skip-quality] [--skip-distributed]
+                                          [--skip-restart]
 
   (a) quality through the API of an embedded service: the zero-shot baseline, then for each
       size N every question of quality/calibration.jsonl taught on its first N examples
@@ -18,6 +19,9 @@ Run on demand (not a test):
   (c) fit time of a question taught on --fit-examples examples, embedded and in the
       distributed setup (PostgreSQL, Redis, a Celery worker; as the tests use them): from the
       POST to ready, and the fit's own seconds. Goal: under 60 s each.
+  (d) restart: a question taught, the embedded service restarted, then its first taught
+      answer (a sync call; after another restart, a background job) against the next five.
+      Goal: the first costs what later ones do.
 """
 
 from __future__ import annotations
@@ -139,11 +143,7 @@ def cost(client: httpx.Client, calls: int) -> None:
                  for question, examples in groups}
     route = by_domain["Which team should handle this support ticket?"]
     urgency = by_domain["How urgent is this message?"]
-    refund = ({"type": "noul", "instructions": "Does the customer ask for a refund?"},
-              [{"state": "I was charged twice, please refund.", "answer": "yes"},
-               {"state": "How do I reset my password?", "answer": "no"},
-               {"state": "Give me my money back for the broken order.", "answer": "yes"},
-               {"state": "When does the sale end?", "answer": "no"}])
+    refund = REFUND
     forget_all(client)
     for question, examples in (route, urgency, refund):
         teach(client, question, examples, use="always")  # the cost of a taught answer
@@ -193,6 +193,53 @@ def fit_time(url: str, count: int, where: str) -> None:
           f"{figures.get('fit_ms', 0) / 1000:.1f} s) (goal < 60 s)")
 
 
+REFUND = ({"type": "noul", "instructions": "Does the customer ask for a refund?"},
+          [{"state": "I was charged twice, please refund.", "answer": "yes"},
+           {"state": "How do I reset my password?", "answer": "no"},
+           {"state": "Give me my money back for the broken order.", "answer": "yes"},
+           {"state": "When does the sale end?", "answer": "no"}])
+
+
+def first_after_restart(root: Path, background: bool) -> list[float]:
+    """Restart the service over ``root``'s database; the total times (ms) of six taught
+    answers in turn, the first right after the start."""
+    server = EmbeddedServer(root)
+    times = []
+    try:
+        with httpx.Client(base_url=server.url, timeout=900) as client:
+            for number in range(6):
+                body = {"state": f"Refund order A-{number}04 please",
+                        "questions": {"refund": REFUND[0]}}
+                if background:
+                    job = client.post("/v1/jobs", json=body).json()
+                    done = client.get(f"/v1/jobs/{job['id']}", params={"wait": 60}).json()
+                    answer, timings = done["result"]["answers"]["refund"], done["timings"]
+                else:
+                    reply = client.post("/v1/systemone", json=body).json()
+                    answer, timings = reply["answers"]["refund"], reply["x_timings"]
+                assert "x_taught" in answer, answer
+                times.append(timings["total_ms"])
+    finally:
+        server.stop()
+    return times
+
+
+def restart_cost() -> None:
+    with tempfile.TemporaryDirectory() as root:
+        server = EmbeddedServer(Path(root))
+        try:
+            with httpx.Client(base_url=server.url, timeout=900) as client:
+                teach(client, *REFUND, use="always")
+        finally:
+            server.stop()
+        for background in (False, True):
+            times = first_after_restart(Path(root), background)
+            later = statistics.median(times[1:])
+            print(f"(d) restart, {'a background job' if background else 'a sync call'}: the "
+                  f"first taught answer {times[0]:.0f} ms, the next five's median {later:.0f} "
+                  f"ms = {times[0] / later:.2f}x (goal: what later ones cost)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="taught questions benchmark")
     parser.add_argument("--sizes", type=int, nargs="+", default=[5, 10, 20, 40])
@@ -200,6 +247,7 @@ def main() -> None:
     parser.add_argument("--fit-examples", type=int, default=200)
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-distributed", action="store_true")
+    parser.add_argument("--skip-restart", action="store_true")
     args = parser.parse_args()
     print("command: .venv/bin/python benchmarks/taught.py " + " ".join(sys.argv[1:]))
     with tempfile.TemporaryDirectory() as root:
@@ -213,6 +261,8 @@ def main() -> None:
             fit_time(server.url, args.fit_examples, "embedded")
         finally:
             server.stop()
+    if not args.skip_restart:
+        restart_cost()
     if args.skip_distributed:
         return
     with tempfile.TemporaryDirectory() as root:
