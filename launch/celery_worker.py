@@ -24,6 +24,7 @@ from decide.config.settings import Settings
 from decide.core.protocol import FOREGROUND
 from decide.llm.catalog import load_catalog
 from decide.runner.client import Runner, RunnerEngine, RunnerUnavailable
+from decide.store import job_reads
 from decide.store.db import make_engine, ping
 from decide.store.workers import Heartbeat, new_worker_id
 from decide.transport.broker import Broker, ChannelListener, on_worker_shutting_down
@@ -194,10 +195,18 @@ class CeleryWorker:
             raise RuntimeError(f"worker of {self.model!r} got a job for {model!r}")
         return self._engine
 
-    def _take_foreground(self) -> str | None:
+    def _take_foreground(self, exclude_owner: str | None = None) -> str | None:
+        """The oldest foreground job waiting; ``exclude_owner``: the oldest of another key
+        (a long foreground job of that key lets the others in)."""
+        def of_another_key(waiting: list[str]) -> str | None:
+            owners = job_reads.owners_of(self._db, waiting)
+            return next((job_id for job_id in waiting
+                         if owners.get(job_id, exclude_owner) != exclude_owner), None)
+
         try:
-            return self._broker.take_waiting(self.model, FOREGROUND)
-        except Exception as error:  # Redis away: look again after the next rows
+            return self._broker.take_waiting(self.model, FOREGROUND,
+                                             None if exclude_owner is None else of_another_key)
+        except Exception as error:  # Redis or the database away: look again after next rows
             log.warning("cannot look for foreground work (%s)", error)
             return None
 

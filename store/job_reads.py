@@ -61,6 +61,15 @@ def full_request(db: Engine, job: JobRecord) -> dict[str, Any]:
             "questions": json.loads(batch_questions(db, job.batch_id))}
 
 
+def owners_of(db: Engine, job_ids: list[str]) -> dict[str, str]:
+    """The owner of each of ``job_ids`` that is stored."""
+    if not job_ids:
+        return {}
+    with db.connect() as connection:
+        return dict(connection.execute(select(jobs.c.id, jobs.c.owner).where(
+            jobs.c.id.in_(job_ids))).all())
+
+
 @functools.lru_cache(maxsize=64)
 def batch_questions(db: Engine, batch_id: str) -> str:
     """A batch's questions (JSON text) never change: read once per worker, not once per

@@ -124,14 +124,23 @@ class Broker:
             self.breaker.failed()
             raise error
 
-    def take_waiting(self, model: str, priority: str) -> str | None:
+    def take_waiting(self, model: str, priority: str,
+                     choose: Callable[[list[str]], str | None] | None = None) -> str | None:
         """Pop the oldest job id waiting on a lane, outside Celery (a worker serving foreground
         work between the rows of a background job). If the worker dies after this, the job is
-        still queued in the database and delivery sends it again."""
-        raw = self.redis.rpop(lane(model, priority))
-        if raw is None:
+        still queued in the database and delivery sends it again. ``choose``: given the ids
+        waiting, oldest first, the one to take (None: none); another worker taking it first
+        leaves None."""
+        if choose is None:
+            raw = self.redis.rpop(lane(model, priority))
+            return None if raw is None else json.loads(raw)["headers"]["id"]
+        waiting = list(reversed(self.redis.lrange(lane(model, priority), 0, -1)))
+        by_id = {json.loads(raw)["headers"]["id"]: raw for raw in waiting}
+        chosen = choose(list(by_id))
+        if chosen is None or chosen not in by_id:
             return None
-        return json.loads(raw)["headers"]["id"]
+        taken = self.redis.lrem(lane(model, priority), -1, by_id[chosen])
+        return chosen if taken else None
 
     def lane_ids(self, model: str, priority: str) -> set[str]:
         """The job ids waiting on a lane's Redis list (a short window: LANE_WINDOW or so)."""

@@ -1,5 +1,6 @@
 """What both setups' workers do around their jobs, written once: foreground work served between
-a background job's rows, and retention on a schedule.
+a background job's rows (and other keys' between a long foreground job's), and retention on a
+schedule.
 
 The embedded worker and the Celery worker differ only in where a waiting foreground job comes
 from (an in-memory line; the model's Redis list) and in what running one means when it fails;
@@ -23,25 +24,27 @@ PURGE_EVERY_SECONDS = 3600.0
 
 
 class ForegroundFirst(Generic[T]):
-    """A background job's ``yield_to_foreground``: before each of its rows, run every
-    foreground job waiting meanwhile, one at a time, until none is left (``take`` returns None)
-    or ``run`` returns False. With ``look_every``, looks at most that often (a look that costs
-    a round trip)."""
+    """A job's ``yield_to_foreground``: before a background job's rows, run every foreground
+    job waiting meanwhile; before a long foreground job's rows (``worker.execute``: after each
+    ``FOREGROUND_SHARE_SECONDS`` of its own decoding), every other key's (``exclude_owner``:
+    the key whose job yields). One at a time, until none is left (``take`` returns None) or
+    ``run`` returns False. With ``look_every``, looks at most that often (a look that costs a
+    round trip)."""
 
-    def __init__(self, take: Callable[[], T | None], run: Callable[[T], bool],
+    def __init__(self, take: Callable[[str | None], T | None], run: Callable[[T], bool],
                  look_every: float = 0.0) -> None:
         self._take = take
         self._run = run
         self._look_every = look_every
         self._last_look = -float("inf")
 
-    def __call__(self) -> None:
+    def __call__(self, exclude_owner: str | None = None) -> None:
         if self._look_every:
             now = time.monotonic()
             if now - self._last_look < self._look_every:
                 return
             self._last_look = now
-        while (taken := self._take()) is not None:
+        while (taken := self._take(exclude_owner)) is not None:
             if not self._run(taken):
                 return
 

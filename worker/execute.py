@@ -34,6 +34,10 @@ announces a cancel to the workers, who then stop before the next row without rea
 T = TypeVar("T")
 FINISH_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
 """Waits between tries of a finish the database refused (the last one repeats)."""
+FOREGROUND_SHARE_SECONDS = 1.0
+"""A foreground job lets other keys' waiting foreground jobs run after each this many seconds
+of its own decoding (issue 35: one key's 1,000-document rerank held every other key's sync
+call for over two minutes)."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,7 @@ class Stopped(Exception):
 def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
             on_finished: Callable[[str], None] | None = None,
             worker_id: str | None = None,
-            yield_to_foreground: Callable[[], None] | None = None,
+            yield_to_foreground: Callable[[str | None], None] | None = None,
             cancelled: CancelledJobs | None = None,
             max_attempts: int = 3,
             on_requeued: Callable[[str], None] | None = None,
@@ -163,8 +167,12 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
     it and it goes back to the queue, or None when it was not ours to run (already taken,
     finished or cancelled: a redelivery is never decoded twice).
 
-    A background job calls ``yield_to_foreground`` before each row: it decodes any foreground
-    job waiting meanwhile, so a foreground job waits at most for one background row. A job
+    A background job calls ``yield_to_foreground(None)`` before each row: it decodes any
+    foreground job waiting meanwhile, so a foreground job waits at most for one background row.
+    A foreground job calls ``yield_to_foreground(its owner)`` after each
+    ``FOREGROUND_SHARE_SECONDS`` of its own decoding: other keys' waiting foreground jobs run
+    then (whole, without yielding in turn), so a key's sync call waits at most about that
+    long behind another key's long request. A job
     whose runner died (``RunnerCrashed``) is queued again, through ``on_requeued``, until its
     decode has crashed ``max_attempts`` times; then it ends failed with ``worker_crashed``.
     ``leaving``: the worker's event, set when it stops (a write the database keeps refusing
@@ -256,20 +264,26 @@ def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: st
 
 
 def _row_guard(job: jobs.JobRecord, db: Database,
-               yield_to_foreground: Callable[[], None] | None,
+               yield_to_foreground: Callable[[str | None], None] | None,
                cancelled: CancelledJobs | None, cancel_check: float,
                stopping: threading.Event | None = None) -> Callable[[], None]:
-    """What the decode asks before each row: foreground work first (a background job), then
+    """What the decode asks before each row: foreground work first (a background job), or other
+    keys' foreground work after each ``FOREGROUND_SHARE_SECONDS`` of its own decoding (a
+    foreground job: one key's long request never holds another key's sync calls), then
     whether the job was cancelled or superseded; the database is read at most every
     ``cancel_check`` seconds."""
-    last_check = time.monotonic()
+    last_check = own_since = time.monotonic()
 
     def before_row() -> None:
-        nonlocal last_check
+        nonlocal last_check, own_since
         if stopping is not None and stopping.is_set():
             raise Stopped
-        if yield_to_foreground is not None and job.priority == "background":
-            yield_to_foreground()
+        if yield_to_foreground is not None:
+            if job.priority == "background":
+                yield_to_foreground(None)
+            elif time.monotonic() - own_since >= FOREGROUND_SHARE_SECONDS:
+                yield_to_foreground(job.owner)  # other keys' sync calls get their turn
+                own_since = time.monotonic()
         if cancelled is not None and job.id in cancelled:
             raise Cancelled
         now = time.monotonic()

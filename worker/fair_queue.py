@@ -44,19 +44,21 @@ class FairQueue:
                     return None
                 self._ready.wait(remaining)
 
-    def take_foreground(self) -> tuple[str, str, str] | None:
-        """The next foreground job, if one waits (never blocks)."""
+    def take_foreground(self, exclude_owner: str | None = None) -> tuple[str, str, str] | None:
+        """The next foreground job, if one waits (never blocks); ``exclude_owner``: of another
+        key than that one."""
         with self._ready:
-            return self._take(FOREGROUND)
+            return self._take(FOREGROUND, exclude_owner)
 
-    def _take(self, lane: str) -> tuple[str, str, str] | None:
+    def _take(self, lane: str, exclude_owner: str | None = None) -> tuple[str, str, str] | None:
         """The first job of the key whose turn it is: what the feeder's ``KeyTurns.pick`` of
         one job would send from these lines."""
         lines, turns = self._lanes[lane], self._turns[lane]
         turns.keep_only(lines)
-        if not lines:
+        eligible = [owner for owner in lines if owner != exclude_owner]
+        if not eligible:
             return None
-        owner = turns.first(lines)
+        owner = turns.first(eligible)
         job_id = lines[owner].popleft()
         turns.served(owner)
         if not lines[owner]:

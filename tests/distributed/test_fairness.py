@@ -1,6 +1,7 @@
 """Fair lanes in the distributed setup (issue 14): real PostgreSQL, Redis, ``decide serve`` and
 one ``decide worker``. Key A's 20,000-item background batch is fed to the lane in turns with
-key B's work, so B's background job waits for a few of A's items, not for the backlog."""
+key B's work, so B's background job waits for a few of A's items, not for the backlog; and
+key A's long foreground rerank lets key B's sync call in between its rows (issue 35)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,42 @@ def test_another_keys_background_job_and_sync_call_pass_a_20000_item_backlog(
                               "status = 'queued'", b=batch_id)
         assert left > BACKLOG_ITEMS - 2000
         client.post(f"/v1/batches/{batch_id}/cancel", headers=a)
+
+
+@pytest.mark.serial  # measures a wait against a bound
+def test_another_keys_sync_call_passes_a_long_foreground_rerank(cluster_factory):
+    """Issue 35, item 1, distributed: the worker takes key B's sync call off the Redis lane
+    between the rows of key A's long rerank (another key's job, found by its owner), within a
+    few seconds, where it used to wait for the whole rerank."""
+    from tests.api.test_foreground_share import B_BOUND_SECONDS, DOCUMENTS
+
+    cluster = cluster_factory(DECIDE_API_KEYS=",".join(KEYS))
+    cluster.start_worker()
+    cluster.start_api()
+    a = {"Authorization": f"Bearer {KEYS[0]}"}
+    b = {"Authorization": f"Bearer {KEYS[1]}"}
+    with cluster.client() as client:
+        accepted = client.post("/v1/rerank", headers={**a, "Prefer": "respond-async"},
+                               json={"query": "When is my refund paid?",
+                                     "documents": DOCUMENTS})
+        assert accepted.status_code == 202, accepted.text
+        job_id = accepted.json()["id"]
+        deadline = time.monotonic() + 60
+        while (client.get(f"/v1/jobs/{job_id}", headers=a).json()["status"] != "running"
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
+        time.sleep(2.0)  # A's rerank is decoding
+        started = time.monotonic()
+        short = client.post("/v1/systemone", headers=b,
+                            json={"state": "Refund my order please.",
+                                  "questions": {"refund": NOUL}})
+        waited = time.monotonic() - started
+        still = client.get(f"/v1/jobs/{job_id}", headers=a).json()["status"]
+        done = client.get(f"/v1/jobs/{job_id}", headers=a, params={"wait": 60}).json()
+        while done["status"] in ("queued", "running"):
+            done = client.get(f"/v1/jobs/{job_id}", headers=a, params={"wait": 60}).json()
+    assert short.status_code == 200, short.text
+    assert still == "running"  # B was answered inside A's rerank
+    assert waited < B_BOUND_SECONDS, f"B waited {waited:.1f} s behind A's rerank"
+    assert done["status"] == "succeeded"
+    assert len(done["result"]["answers"]) == len(DOCUMENTS)

@@ -57,3 +57,14 @@ def test_the_feeder_forgets_keys_with_nothing_waiting():
     turns.pick({f"key-{index}": ["job"] for index in range(100)}, 100)
     turns.pick({"key-0": ["job"]}, 1)
     assert len(turns._served) == 1
+
+
+def test_a_long_foreground_job_takes_only_another_keys_foreground_job():
+    line = FairQueue()
+    line.put("a-fg-2", "foreground", "key-a")
+    line.put("b-fg", "foreground", "key-b")
+    line.put("c-fg", "foreground", "key-c")
+    assert line.take_foreground(exclude_owner="key-a") == ("foreground", "key-b", "b-fg")
+    assert line.take_foreground(exclude_owner="key-a") == ("foreground", "key-c", "c-fg")
+    assert line.take_foreground(exclude_owner="key-a") is None  # key-a's own waits its turn
+    assert line.take_foreground() == ("foreground", "key-a", "a-fg-2")

@@ -1,0 +1,240 @@
+"""Taught readouts compared offline, on the hidden states the model gives each item once: the
+project's own set (train: quality/calibration.jsonl, test: quality/decisions.jsonl) or the
+second set (quality/second/*.jsonl, each item marked train or test).
+
+Run on demand (not a test):
+
+    .venv/bin/python benchmarks/readout_lab.py [--set project|second] [--sizes 5 10 20 40]
+
+Every item is decoded once in-process (the engine the service uses, its hidden state at the
+answer slot reported) and kept in ~/.cache/decide/readout_lab/ by model file and item text.
+Then for each size N, every question is taught on its first N train items (answers in turn,
+as ``decide teach --per-question N``) and the test items are scored, accuracy and ECE, by:
+
+- zero-shot: the model's own answer;
+- hidden: the service's readout (``decide.teach.fit``), served where its gate passes;
+- tf-idf: word 1-2-grams and character 3-5-grams with logistic regression, C by
+  cross-validation on the train items (benchmarks/taught_baselines.py's classifier);
+- stacked: the hidden readout and the tf-idf classifier, each cross-validated on the same
+  folds, combined by a small softmax over their log-probabilities fitted on their out-of-fold
+  predictions; served where its own gate (the stacked out-of-fold log-loss against
+  zero-shot's) passes.
+
+Everything is chosen on the train items only. Needs scikit-learn (the ``test`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from decide.config.settings import Settings
+from decide.runner.in_process import use_runner_build
+
+use_runner_build(Settings())  # llama.cpp before numpy
+
+import numpy as np
+from taught_baselines import classifier, text  # benchmarks/, this script's own folder
+
+from decide.cli.teaching import first_per_answer
+from decide.core.protocol import DecisionRequest
+from decide.core.taught import (
+    answer_index,
+    answer_keys,
+    match_key,
+    parse_taught_question,
+    zero_shot_by_answer,
+    zero_shot_feature,
+)
+from decide.llm.catalog import gguf_path, load_catalog
+from decide.llm.decoding import load_decoding_engine
+from decide.llm.identity import model_identity
+from decide.quality.evaluate import load_set
+from decide.quality.metrics import Scored, accuracy, ece
+from decide.teach import fit as fit_module
+
+CACHE = Path.home() / ".cache" / "decide" / "readout_lab"
+SETS = {"project": (ROOT / "quality" / "calibration.jsonl", ROOT / "quality" / "decisions.jsonl"),
+        "second": (ROOT / "quality" / "second", None)}
+
+
+def items_of(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    first, second = SETS[name]
+    if second is not None:
+        return load_set(first), load_set(second)
+    lines = [json.loads(line) for path in sorted(first.glob("*.jsonl"))
+             for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return ([item for item in lines if item["split"] == "train"],
+            [item for item in lines if item["split"] == "test"])
+
+
+def decoded(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each item with its hidden state and zero-shot probabilities (answer-key order)."""
+    settings = Settings()
+    config = load_catalog(settings).get(None)
+    identity = model_identity(gguf_path(config, settings))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    engine = None
+    found = []
+    for item in items:
+        question, _ = parse_taught_question(item["question"], "q")
+        assert question is not None
+        key = hashlib.sha256(json.dumps([identity, item["state"], item["question"]],
+                                        sort_keys=True).encode()).hexdigest()[:32]
+        path = CACHE / f"{key}.json"
+        if not path.exists():
+            if engine is None:
+                engine = load_decoding_engine(config, settings).engine
+            decision = engine.decide(DecisionRequest(state=item["state"], questions=(question,),
+                                                     hidden_for=frozenset({"q"})))
+            by_answer = zero_shot_by_answer(decision.answers["q"], question)
+            path.write_text(json.dumps({"hidden": list(decision.hidden["q"]),
+                                        "zero_shot": by_answer}))
+        stored = json.loads(path.read_text())
+        # a choice's options in one order for every item of the question (the items list
+        # them in various orders): the names sorted
+        keys = (sorted(answer_keys(question)) if question.type == "choice"
+                else answer_keys(question))
+        gold = answer_index(question, item["gold"] if question.type != "noul"
+                            else ("yes" if item["gold"] in (True, "yes") else "no"))
+        found.append({**item, "hidden": stored["hidden"],
+                      "zero_shot": [stored["zero_shot"][key] for key in keys],
+                      "key": match_key("", question),
+                      "y": keys.index(answer_keys(question)[gold]),
+                      "keys": keys, "ordinal": question.type == "score"})
+    return found
+
+
+def hidden_features(rows: list[dict[str, Any]]) -> np.ndarray:
+    return np.array([[*row["hidden"], *(zero_shot_feature(p) for p in row["zero_shot"])]
+                     for row in rows])
+
+
+def hidden_readout(train: list[dict[str, Any]], k: int, ordinal: bool):
+    """The service's readout: (out-of-fold probabilities, predict(rows))."""
+    x, y = hidden_features(train), np.array([row["y"] for row in train])
+    candidates = {}
+    for kind in ((True, False) if ordinal else (False,)):
+        penalty, oof = fit_module.choose_penalty(x, y, k, ordinal=kind)
+        candidates[kind] = (fit_module._log_loss(oof, y), penalty, oof)
+    kind = min(candidates, key=lambda name: candidates[name][0])
+    _, penalty, oof = candidates[kind]
+    model = fit_module._Model.fit(x, y, k, ordinal=kind, penalty=penalty)
+    return oof, lambda rows: model.predict(hidden_features(rows))
+
+
+def full_probabilities(model: Any, k: int, states: list[str]) -> np.ndarray:
+    found = np.full((len(states), k), 1e-6)
+    found[:, model.classes_] = model.predict_proba(states)
+    return found / found.sum(axis=1, keepdims=True)
+
+
+def lexical_readout(train: list[dict[str, Any]], k: int):
+    """TF-IDF and logistic regression: (out-of-fold probabilities on the readout's folds,
+    predict(rows))."""
+    states = [text(row["state"]) for row in train]
+    y = np.array([row["y"] for row in train])
+    fold = fit_module.folds_of(y)
+    oof = np.zeros((len(y), k))
+    for held in range(fit_module.fold_count(y)):
+        inside = fold != held
+        model = classifier([s for s, keep in zip(states, inside) if keep], list(y[inside]))
+        oof[~inside] = full_probabilities(model, k, [s for s, keep in zip(states, inside)
+                                                     if not keep])
+    model = classifier(states, list(y))
+    return oof, lambda rows: full_probabilities(model, k, [text(row["state"]) for row in rows])
+
+
+def stacked_readout(train: list[dict[str, Any]], k: int, ordinal: bool):
+    oof_a, predict_a = hidden_readout(train, k, ordinal)
+    oof_b, predict_b = lexical_readout(train, k)
+    y = np.array([row["y"] for row in train])
+    meta_x = np.log(np.clip(np.concatenate([oof_a, oof_b], axis=1), 1e-6, 1))
+    penalty, oof = fit_module.choose_penalty(meta_x, y, k, ordinal=False)
+    meta = fit_module._Model.fit(meta_x, y, k, ordinal=False, penalty=penalty)
+
+    def predict(rows: list[dict[str, Any]]) -> np.ndarray:
+        features = np.log(np.clip(np.concatenate([predict_a(rows), predict_b(rows)], axis=1),
+                                  1e-6, 1))
+        return meta.predict(features)
+
+    return oof, predict
+
+
+def served(oof: np.ndarray, train: list[dict[str, Any]], predicted: np.ndarray,
+           test: list[dict[str, Any]]) -> np.ndarray:
+    y = np.array([row["y"] for row in train])
+    zero_train = np.array([row["zero_shot"] for row in train])
+    used = fit_module.gate(oof, zero_train, y)["used"]
+    return predicted if used else np.array([row["zero_shot"] for row in test])
+
+
+def run(train_rows, test_rows, size: int) -> dict[str, dict[str, Any]]:
+    by_question: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in train_rows:
+        by_question[row["key"]].append(row)
+    results: dict[str, list[tuple[np.ndarray, int, str]]] = defaultdict(list)
+    for key, rows in by_question.items():
+        chosen = first_per_answer([{**row, "answer": row["y"]} for row in rows], size)
+        test = [row for row in test_rows if row["key"] == key]
+        if not test:
+            continue
+        k, ordinal = len(rows[0]["keys"]), rows[0]["ordinal"]
+        ways = {"zero-shot": np.array([row["zero_shot"] for row in test])}
+        oof, predict = hidden_readout(chosen, k, ordinal)
+        ways["hidden"] = served(oof, chosen, predict(test), test)
+        _, predict = lexical_readout(chosen, k)
+        ways["tf-idf"] = predict(test)
+        oof, predict = stacked_readout(chosen, k, ordinal)
+        ways["stacked"] = served(oof, chosen, predict(test), test)
+        for way, probabilities in ways.items():
+            for row, p in zip(test, probabilities):
+                results[way].append((p, row["y"], row["domain"]))
+    summary = {}
+    for way, found in results.items():
+        scored = [Scored(str(n), domain, tuple(map(str, range(len(p)))), tuple(map(float, p)),
+                         int(y)) for n, (p, y, domain) in enumerate(found)]
+        domains = sorted({item.domain for item in scored})
+        log_loss = float(np.mean([-np.log(max(item.probabilities[item.gold], 1e-12))
+                                  for item in scored]))
+        summary[way] = {"accuracy": accuracy(scored), "ece": ece(scored), "log_loss": log_loss,
+                        "by_domain": {domain: accuracy([item for item in scored
+                                                        if item.domain == domain])
+                                      for domain in domains}}
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="taught readouts compared offline")
+    parser.add_argument("--set", choices=sorted(SETS), default="project")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[5, 10, 20, 40])
+    parser.add_argument("--penalties", type=float, nargs="+",
+                        help="the hidden readout's penalties tried (default: the service's)")
+    args = parser.parse_args()
+    if args.penalties:
+        fit_module.PENALTIES = tuple(args.penalties)
+    train, test = items_of(args.set)
+    train_rows, test_rows = decoded(train), decoded(test)
+    print(f"set {args.set}: {len(train_rows)} train items, {len(test_rows)} test items")
+    print("size  readout     accuracy  ECE     log-loss  by domain")
+    for size in args.sizes:
+        for way, figures in run(train_rows, test_rows, size).items():
+            domains = " ".join(f"{d} {v:.2f}" for d, v in figures["by_domain"].items())
+            print(f"{size:<5} {way:<11} {figures['accuracy']:.3f}     {figures['ece']:.3f}   "
+                  f"{figures['log_loss']:.3f}     {domains}")
+    penalties = (" --penalties " + " ".join(f"{p:g}" for p in args.penalties)
+                 if args.penalties else "")
+    print(f"command: .venv/bin/python benchmarks/readout_lab.py --set {args.set} --sizes "
+          f"{' '.join(map(str, args.sizes))}{penalties}")
+
+
+if __name__ == "__main__":
+    main()
