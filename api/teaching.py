@@ -4,6 +4,7 @@ question or a label made either way is checked, stored, queued and shown alike."
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -43,9 +44,25 @@ def taught_view(record: taught_store.TaughtRecord, answering: bool = False) -> d
             "finished_at": timestamp(record.finished_at)}
 
 
-def teach(ctx: ApiContext, owner: str, body: Any) -> taught_store.TaughtRecord:
-    """A new taught question (its next version, where the question was taught before) and its
-    fit job in the background lane, every field checked (a 422 names it)."""
+@dataclass(frozen=True)
+class Teaching:
+    """A new taught question, every field checked: what ``teach`` stores."""
+
+    model: str
+    match_key: str
+    question: dict[str, Any]
+    examples: list[dict[str, Any]]
+    labelled: int
+    from_labels: bool
+    use: str
+    rows: int
+    input_tokens: int
+
+
+def checked_teaching(ctx: ApiContext, owner: str, body: Any) -> Teaching:
+    """The checks of ``POST /v1/questions`` (a 422 names the field), nothing stored:
+    ``POST /v1/questions/check`` answers them alone (``decide teach`` checks a whole file so
+    before it teaches any of it)."""
     if not isinstance(body, dict):
         raise invalid("body", [], f"the body must be a JSON object, not {json_kind(body)}",
                       "dict_type")
@@ -71,11 +88,20 @@ def teach(ctx: ApiContext, owner: str, body: Any) -> taught_store.TaughtRecord:
     check_readable(ctx, config.name)
     rows, tokens = example_rows(ctx, config.name, question, examples + labelled)
     check_lane(ctx, config.name, PRIORITY, rows)
+    return Teaching(model=config.name, match_key=key, question=body["question"],
+                    examples=examples, labelled=len(labelled), from_labels=from_labels,
+                    use=use, rows=rows, input_tokens=tokens)
+
+
+def teach(ctx: ApiContext, owner: str, body: Any) -> taught_store.TaughtRecord:
+    """A new taught question (its next version, where the question was taught before) and its
+    fit job in the background lane, every field checked (a 422 names it)."""
+    new = checked_teaching(ctx, owner, body)
     record, job = taught_store.create_taught(
-        ctx.db, owner=owner, model=config.name, match_key=key, question=body["question"],
-        examples=examples, from_labels=from_labels, use=use, rows=rows, input_tokens=tokens,
-        example_count=len(examples) + len(labelled),
-        admit=ctx.quotas.admission(owner, PRIORITY, rows))
+        ctx.db, owner=owner, model=new.model, match_key=new.match_key, question=new.question,
+        examples=new.examples, from_labels=new.from_labels, use=new.use, rows=new.rows,
+        input_tokens=new.input_tokens, example_count=len(new.examples) + new.labelled,
+        admit=ctx.quotas.admission(owner, PRIORITY, new.rows))
     metrics.jobs_submitted.labels(job.model, PRIORITY).inc()
     ctx.backlog.add(job.model, PRIORITY, job.rows)
     ctx.queue.send(job.id, job.model, PRIORITY, owner)

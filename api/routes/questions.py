@@ -34,6 +34,17 @@ async def teach(request: Request, ctx: Context, owner: Owner) -> JSONResponse:
                         headers={"Location": f"/v1/questions/{record.id}"})
 
 
+@router.post("/v1/questions/check")
+async def check_teaching(request: Request, ctx: Context, owner: Owner) -> dict[str, Any]:
+    """Every check of ``POST /v1/questions``, nothing stored nor queued (the key's quotas
+    aside): 200 where it would be accepted, the same 422 where not."""
+    body = await read_json(request)
+    new = await run_in_threadpool(teaching.checked_teaching, ctx, owner, body)
+    return {"object": "taught_question_check", "valid": True, "model": new.model,
+            "examples": len(new.examples) + new.labelled, "rows": new.rows,
+            "input_tokens": new.input_tokens}
+
+
 @router.get("/v1/questions/{taught_id}")
 async def read_taught(taught_id: str, ctx: Context, owner: Owner,
                       wait: Annotated[float | None, Query(ge=0, le=MAX_WAIT_SECONDS)] = None

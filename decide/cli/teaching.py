@@ -12,6 +12,7 @@ from typing import Any
 from decide.cli.common import add_service_args, positive_seconds, reading, whole_number
 from decide.cli.holdout import both_ways, question_key, render_holdout, score_holdout
 from decide.client import Client
+from decide.client.errors import InvalidRequestError
 from decide.core.protocol import is_blank_state
 from decide.core.questions import Collector, parse_question
 from decide.core.taught import (
@@ -23,10 +24,13 @@ from decide.core.taught import (
     match_key,
 )
 
+LINE = "line"
+"""An example's line in its file (``read_examples``), for errors; never sent."""
+
 
 def read_examples(path: str) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """The file's questions in first-seen order, each with its examples ``{"state",
-    "answer"}``. A line is ``{"state", "question", "answer"}`` (``gold`` is read as
+    "answer", "line"}``. A line is ``{"state", "question", "answer"}`` (``gold`` is read as
     ``answer``, so the project's quality sets work as they are)."""
     groups: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
     with reading("FILE.jsonl", path), open(path, encoding="utf-8") as handle:
@@ -56,7 +60,7 @@ def read_examples(path: str) -> list[tuple[dict[str, Any], list[dict[str, Any]]]
                                  "array")
             key = match_key("", question)
             groups.setdefault(key, (item["question"], []))[1].append(
-                {"state": state, "answer": answer})
+                {"state": state, "answer": answer, LINE: number})
     if not groups:
         raise ValueError(f"{path} holds no examples")
     return list(groups.values())
@@ -161,8 +165,10 @@ def _teach_through(args: argparse.Namespace, chosen: list[tuple[dict[str, Any], 
     """``--url``: each question taught through the service, and its held-out items asked."""
     failed = 0
     with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
+        for question, examples in chosen:  # every question checked before any is taught
+            _checked_by(client, args, question, examples)
         for question, examples in chosen:
-            taught = client.teach(question, examples, model=args.model, wait=args.wait,
+            taught = client.teach(question, sent(examples), model=args.model, wait=args.wait,
                                   use=args.use)
             failed += taught.status != "ready"
             print(render_fit(question, taught.status, taught.fit, taught.error, taught.id),
@@ -175,6 +181,27 @@ def _teach_through(args: argparse.Namespace, chosen: list[tuple[dict[str, Any], 
                     "gate", {}).get("used", True)), end="")
             print(flush=True)
     return 1 if failed else 0
+
+
+def sent(examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The examples as the service takes them (their file lines left out)."""
+    return [{key: value for key, value in example.items() if key != LINE}
+            for example in examples]
+
+
+def _checked_by(client: Client, args: argparse.Namespace, question: dict[str, Any],
+                examples: list[dict[str, Any]]) -> None:
+    """The service's own checks of one question (``POST /v1/questions/check``: its limits
+    too, such as an example over the row limit); a refusal names the file and the line."""
+    try:
+        client.check_teaching(question, sent(examples), model=args.model, use=args.use)
+    except InvalidRequestError as refused:
+        for loc in refused.locations:
+            if loc[:2] == ["body", "examples"] and len(loc) > 2 and isinstance(loc[2], int):
+                line = examples[loc[2]].get(LINE)
+                raise ValueError(f"{args.file}, line {line}: {refused.message}") from refused
+        title = question.get("instructions") or question.get("type")
+        raise ValueError(f"{args.file}: question {title!r}: {refused.message}") from refused
 
 
 def _asker(client: Client, question: dict[str, Any], taught_id: str,

@@ -160,6 +160,15 @@ class AsyncClient:
         taught = TaughtQuestion.from_wire(created)
         return await self.taught(taught.id, wait=wait) if wait else taught
 
+    async def check_teaching(self, question: Mapping[str, Any],
+                             examples: Iterable[Mapping[str, Any]] = (), *,
+                             model: str | None = None, from_labels: bool = False,
+                             use: str = "auto") -> dict[str, Any]:
+        body, _ = await self._call("POST", "/v1/questions/check",
+                                   json_body=calls.teach_body(question, examples, model,
+                                                              from_labels, use))
+        return body
+
     async def taught(self, taught_id: str, wait: float | None = None) -> TaughtQuestion:
         deadline = time.monotonic() + (wait or 0)
         while True:

@@ -178,6 +178,16 @@ class Client:
         taught = TaughtQuestion.from_wire(created)
         return self.taught(taught.id, wait=wait) if wait else taught
 
+    def check_teaching(self, question: Mapping[str, Any],
+                       examples: Iterable[Mapping[str, Any]] = (), *, model: str | None = None,
+                       from_labels: bool = False, use: str = "auto") -> dict[str, Any]:
+        """``POST /v1/questions/check``: what ``teach`` would be refused for (raises its
+        ``InvalidRequestError``), nothing stored; the rows and tokens its fit would decode."""
+        body, _ = self._call("POST", "/v1/questions/check",
+                             json_body=calls.teach_body(question, examples, model, from_labels,
+                                                        use))
+        return body
+
     def taught(self, taught_id: str, wait: float | None = None) -> TaughtQuestion:
         """A taught question; with ``wait``, long-polled until settled or ``wait`` seconds."""
         deadline = time.monotonic() + (wait or 0)

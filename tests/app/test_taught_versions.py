@@ -106,3 +106,18 @@ def test_labels_show_on_the_job_and_export_with_the_examples(open_door, tmp_path
     assert question == QUESTION and [e["answer"] for e in examples] == [
         "yes", "no", "yes", "no", "no"]
     assert open_door.client.get("/v1/questions/tq_nope/examples").status_code == 404
+
+
+def test_a_teaching_is_checked_without_storing_anything(open_door):
+    checked = open_door.client.post("/v1/questions/check",
+                                    json={"question": QUESTION, "examples": EXAMPLES})
+    assert checked.status_code == 200, checked.text
+    body = checked.json()
+    assert body["valid"] is True and body["examples"] == len(EXAMPLES)
+    assert body["rows"] > 0 and body["input_tokens"] > 0
+    refused = open_door.client.post("/v1/questions/check", json={
+        "question": QUESTION, "examples": [*EXAMPLES, {"state": "x", "answer": "maybe"}]})
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["loc"] == ["body", "examples", 4, "answer"]
+    assert open_door.client.get("/v1/questions").json()["data"] == []  # nothing stored
+    assert open_door.worker.sent == []  # nor queued

@@ -61,6 +61,8 @@ def test_teach_through_a_service_prints_the_held_out_figures(tmp_path, monkeypat
            "readout": "softmax", "penalty": 1.0, "fit_ms": 10.0, "seconds": 1.0,
            "taught": {"accuracy": 0.5, "ece": 0.1, "log_loss": 0.7},
            "gate": {"used": True, "reason": "it beats zero-shot"}}
+    monkeypatch.setattr("decide.cli.teaching.Client.check_teaching",
+                        lambda *args, **kwargs: {"valid": True})
     monkeypatch.setattr("decide.cli.teaching.Client.teach", lambda *args, **kwargs:
                         SimpleNamespace(status="ready", fit=fit, error=None, id="tq_1"))
     asked = []

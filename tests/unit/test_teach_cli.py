@@ -23,7 +23,8 @@ def test_lines_are_grouped_by_question_with_options_in_any_order(tmp_path):
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n")
     groups = read_examples(str(path))
     assert [question for question, _ in groups] == [NOUL, ROUTE]
-    assert groups[0][1] == [{"state": "a", "answer": "yes"}, {"state": "d", "answer": False}]
+    assert groups[0][1] == [{"state": "a", "answer": "yes", "line": 1},
+                            {"state": "d", "answer": False, "line": 4}]
     assert [example["answer"] for example in groups[1][1]] == ["billing", "technical"]
 
 
@@ -96,3 +97,34 @@ def test_the_gate_is_printed_plainly():
            "taught": {"accuracy": 0.5, "ece": 0.1, "log_loss": 0.7},
            "gate": {"used": False, "reason": "answers stay zero-shot: because"}}
     assert "NOT USED: answers stay zero-shot: because" in render_fit(NOUL, "ready", fit, None)
+
+
+def test_a_refusal_of_the_service_names_the_file_and_line_before_anything_is_taught(
+        tmp_path, monkeypatch, capsys):
+    """``decide teach --url``: every question goes through ``POST /v1/questions/check``
+    first; a refusal of an example (an example over the row limit) names its line, and no
+    question of the file is taught."""
+    from decide.cli.main import main
+    from decide.client.errors import InvalidRequestError
+
+    lines = [{"state": f"s{index}", "question": question, "answer": "yes" if index % 2 else "no"}
+             for question in (NOUL, {**NOUL, "instructions": "Angry?"}) for index in range(4)]
+    path = tmp_path / "examples.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    checked, taught = [], []
+
+    def check(client, question, examples, **kwargs):
+        checked.append([sorted(example) for example in examples])
+        if question["instructions"] == "Angry?":
+            raise InvalidRequestError("examples.2.state: this example is over the limits",
+                                      locations=[["body", "examples", 2, "state"]])
+        return {"valid": True}
+
+    monkeypatch.setattr("decide.cli.teaching.Client.check_teaching", check)
+    monkeypatch.setattr("decide.cli.teaching.Client.teach",
+                        lambda *args, **kwargs: taught.append(args))
+    assert main(["teach", str(path), "--url", "http://127.0.0.1:9"]) == 1
+    error = capsys.readouterr().err
+    assert f"{path}, line 7: examples.2.state: this example is over the limits" in error, error
+    assert taught == [] and len(checked) == 2
+    assert checked[0][0] == ["answer", "state"]  # the file's lines are not sent
