@@ -36,7 +36,9 @@ from decide.worker.webhooks import webhook_delivery
 
 log = logging.getLogger("decide.worker")
 FOREGROUND_LOOK_SECONDS = 0.02
-"""How often a background job looks for waiting foreground work between its rows."""
+"""How often a background job looks for waiting foreground work between its rows (and a
+foreground job for other keys')."""
+OWNERS_KEPT = 10_000
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -82,6 +84,8 @@ class CeleryWorker:
         self._worker_id = new_worker_id(self.model)
         self._foreground_first = ForegroundFirst(self._take_foreground, self._run_foreground,
                                                  look_every=look_every)
+        self._owners: dict[str, str] = {}
+        """The owners of foreground jobs seen waiting (a job's owner never changes)."""
 
     def run(self) -> None:
         """Start the runner, then serve the model's lanes until Celery stops. Raises
@@ -199,9 +203,12 @@ class CeleryWorker:
         """The oldest foreground job waiting; ``exclude_owner``: the oldest of another key
         (a long foreground job of that key lets the others in)."""
         def of_another_key(waiting: list[str]) -> str | None:
-            owners = job_reads.owners_of(self._db, waiting)
+            unknown = [job_id for job_id in waiting if job_id not in self._owners]
+            if len(self._owners) > OWNERS_KEPT:
+                self._owners.clear()
+            self._owners.update(job_reads.owners_of(self._db, unknown))
             return next((job_id for job_id in waiting
-                         if owners.get(job_id, exclude_owner) != exclude_owner), None)
+                         if self._owners.get(job_id, exclude_owner) != exclude_owner), None)
 
         try:
             return self._broker.take_waiting(self.model, FOREGROUND,

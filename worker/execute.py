@@ -34,10 +34,12 @@ announces a cancel to the workers, who then stop before the next row without rea
 T = TypeVar("T")
 FINISH_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
 """Waits between tries of a finish the database refused (the last one repeats)."""
-FOREGROUND_SHARE_SECONDS = 1.0
+FOREGROUND_SHARE_SECONDS = 0.0
 """A foreground job lets other keys' waiting foreground jobs run after each this many seconds
-of its own decoding (issue 35: one key's 1,000-document rerank held every other key's sync
-call for over two minutes)."""
+of its own decoding: 0, before each of its rows, so another key's sync call waits at most one
+row (issue 35: one key's 1,000-document rerank held every other key's sync call for over two
+minutes). A look costs the embedded worker a lock, a Celery worker a Redis read at most every
+``FOREGROUND_LOOK_SECONDS``."""
 
 
 @dataclass(frozen=True)

@@ -296,3 +296,15 @@ def test_the_readmes_python_example_runs(server):
     tools, refund = ran.stdout.splitlines()
     assert tools == str(TOOLS)
     assert refund.startswith("refund ") and 0 <= float(refund.split()[1]) <= 1
+
+
+def test_the_readmes_python_example_sends_no_empty_bearer_without_a_key(open_server):
+    """Issue 35, item 9: without ``DECIDE_API_KEY`` (a service with keys off) the example
+    sends no ``Authorization`` header at all, where it sent an empty ``Bearer``."""
+    example = readme_section().split("```python\n")[1].split("```")[0]
+    env = {name: value for name, value in os.environ.items() if name != "DECIDE_API_KEY"}
+    ran = subprocess.run([sys.executable, "-c", example.replace("http://127.0.0.1:8000",
+                                                                open_server.url)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert 'headers = {"Authorization": f"Bearer {key}"} if key else {}' in example

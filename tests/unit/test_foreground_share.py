@@ -1,7 +1,7 @@
 """Between a job's rows (``worker.execute._row_guard``): a background job lets every waiting
 foreground job in before each row; a foreground job lets other keys' waiting foreground jobs
-in after each ``FOREGROUND_SHARE_SECONDS`` of its own decoding, and only other keys' (issue
-35: one key's long rerank held every other key's sync call)."""
+in after each ``FOREGROUND_SHARE_SECONDS`` of its own decoding (0: before each row), and only
+other keys' (issue 35: one key's long rerank held every other key's sync call)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,16 @@ def test_a_background_job_yields_to_every_key_before_each_row(monkeypatch):
     assert asked == [None, None]
 
 
+def test_a_foreground_job_yields_to_other_keys_before_each_row(monkeypatch):
+    asked: list = []
+    before_row = guard("foreground", asked, Clock(), monkeypatch)
+    before_row()
+    before_row()
+    assert asked == ["key-a", "key-a"]  # others' jobs, not its own key's
+
+
 def test_a_foreground_job_yields_to_other_keys_after_each_share_of_its_decoding(monkeypatch):
+    monkeypatch.setattr(execute, "FOREGROUND_SHARE_SECONDS", 1.0)
     asked: list = []
     clock = Clock()
     before_row = guard("foreground", asked, clock, monkeypatch)
