@@ -27,6 +27,8 @@ from decide.core.questions import (
     json_kind,
 )
 from decide.core.taught import (
+    ALWAYS,
+    AUTO,
     MAX_EXAMPLES,
     MIN_EXAMPLES,
     MIN_EXAMPLES_PER_ANSWER,
@@ -130,6 +132,18 @@ def checked_question(raw: Any) -> Question:
         raise InvalidRequest(errors=[replace(error, loc=error.loc[1:])
                                      for error in errors.errors])
     return question
+
+
+def checked_use(body: dict[str, Any]) -> tuple[bool, str]:
+    """``from_labels`` and ``use`` of a new taught question (422 at the field)."""
+    from_labels = body.get("from_labels", False)
+    if not isinstance(from_labels, bool):
+        raise _refuse(("from_labels",), "from_labels must be true or false", "bool_type")
+    use = body.get("use", AUTO)
+    if use not in (AUTO, ALWAYS):
+        raise _refuse(("use",), "use must be \"auto\" (answer only where the fit beats "
+                      "zero-shot on its examples) or \"always\"", "literal_error")
+    return from_labels, use
 
 
 def check_examples(raw: Any, question: Question, *, labelled: int,

@@ -18,13 +18,14 @@ from decide.api.taught import (
     check_label_answers,
     check_readable,
     checked_question,
+    checked_use,
     example_rows,
 )
 from decide.api.views import timestamp
 from decide.api.waiting import wait_finished
 from decide.core.protocol import parse_request
 from decide.core.questions import json_kind
-from decide.core.taught import ALWAYS, AUTO, MAX_EXAMPLES, match_key
+from decide.core.taught import MAX_EXAMPLES, match_key
 from decide.store import job_reads, jobs
 from decide.store import taught as taught_store
 
@@ -72,13 +73,7 @@ def checked_teaching(ctx: ApiContext, owner: str, body: Any) -> Teaching:
                       f"{json_kind(model)}", "string_type")
     config = ctx.model(model)
     question = checked_question(body.get("question"))
-    from_labels = body.get("from_labels", False)
-    if not isinstance(from_labels, bool):
-        raise invalid("body", ["from_labels"], "from_labels must be true or false", "bool_type")
-    use = body.get("use", AUTO)
-    if use not in (AUTO, ALWAYS):
-        raise invalid("body", ["use"], "use must be \"auto\" (answer only where the fit beats "
-                      "zero-shot on its examples) or \"always\"", "literal_error")
+    from_labels, use = checked_use(body)
     key = match_key(config.name, question)
     labelled = (taught_store.labelled_examples(ctx.db, owner=owner, match_key=key,
                                                limit=MAX_EXAMPLES + 1) if from_labels else [])

@@ -19,14 +19,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from decide.api.mcp_server import ToolFailure
-from decide.api.taught import check_examples, check_label_answers, checked_question
+from decide.api.taught import (
+    check_examples,
+    check_label_answers,
+    checked_question,
+    checked_use,
+)
 from decide.api.views import timestamp
 from decide.core.errors import FieldError, InvalidRequest
 from decide.core.protocol import DecisionRequest
 from decide.core.questions import TAUGHT_FIELD, Question
 from decide.core.taught import (
-    ALWAYS,
-    AUTO,
     MAX_EXAMPLES,
     TaughtReadout,
     answer_keys,
@@ -79,13 +82,7 @@ class TaughtBook:
         """A queued taught question of ``body`` (``POST /v1/questions``'s, checked as the front
         door checks it), the next version of its question."""
         question = checked_question(body.get("question"))
-        from_labels = body.get("from_labels", False)
-        if not isinstance(from_labels, bool):
-            raise _refuse(("from_labels",), "from_labels must be true or false", "bool_type")
-        use = body.get("use", AUTO)
-        if use not in (AUTO, ALWAYS):
-            raise _refuse(("use",), "use must be \"auto\" (answer only where the fit beats "
-                          "zero-shot on its examples) or \"always\"", "literal_error")
+        from_labels, use = checked_use(body)
         key = match_key(model, question)
         labelled = list(self._labels.get(key, {}).values())[:MAX_EXAMPLES + 1] \
             if from_labels else []
