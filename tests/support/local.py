@@ -20,6 +20,7 @@ import psycopg
 import redis
 from sqlalchemy import create_engine, text
 
+from decide.store.leader import LOCK_KEY
 from tests.support.own_servers import OwnPostgres, OwnRedis, free_port
 from tests.support.pausing import descendants
 
@@ -115,10 +116,14 @@ class LocalCluster:
 
     def delivery_leader_pids(self) -> list[int]:
         """PIDs of the processes whose session holds the delivery lock (one, or none between
-        leaders), as ``pg_stat_activity`` names them (``store.db``)."""
+        leaders), as ``pg_stat_activity`` names them (``store.db``). Only that lock: a worker
+        also takes other advisory locks for a moment (the job counts' fold, ``store.counts``),
+        which a look at every advisory lock counted as a second leader."""
         names = self.rows(
             "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-            " WHERE l.locktype = 'advisory' AND l.granted AND a.datname = current_database()")
+            " WHERE l.locktype = 'advisory' AND l.granted AND a.datname = current_database()"
+            " AND l.objsubid = 1 AND l.classid = :high AND l.objid = :low",
+            high=LOCK_KEY >> 32, low=LOCK_KEY & 0xFFFFFFFF)
         return [int(name.split(":")[1]) for (name,) in names if name.startswith("decide:")]
 
     def logs(self) -> str:
