@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Select, delete, literal_column, select, update
+from sqlalchemy import Connection, Engine, Select, delete, func, literal_column, select, update
 
 from decide.store import batches
 from decide.store.clock import database_now, read_database_now, statement_now
@@ -46,14 +46,28 @@ def _event(row: Any) -> Event:
     return Event(**dict(row._mapping))
 
 
-def due_events(db: Engine, limit: int) -> list[Event]:
+def due_events(db: Engine, limit: int, *, per_owner: int | None = None) -> list[Event]:
     """Pending events whose next try is due, the longest due first (read by the index on
-    pending events' next try: events waiting out a long back-off are never read)."""
+    pending events' next try: events waiting out a long back-off are never read). With
+    ``per_owner``, at most that many of each key's, taken key by key in turn (every key's
+    longest due, then every key's second, ...): one key's backlog never hides another's."""
+    due = (webhook_events.c.status == PENDING,
+           webhook_events.c.next_attempt_at <= statement_now(db))
     with db.connect() as connection:
-        rows = connection.execute(
-            select(webhook_events).where(webhook_events.c.status == PENDING,
-                                         webhook_events.c.next_attempt_at <= statement_now(db))
-            .order_by(webhook_events.c.next_attempt_at).limit(limit)).all()
+        if per_owner is None:
+            rows = connection.execute(select(webhook_events).where(*due)
+                                      .order_by(webhook_events.c.next_attempt_at)
+                                      .limit(limit)).all()
+        else:
+            turn = func.row_number().over(partition_by=webhook_events.c.owner,
+                                          order_by=(webhook_events.c.next_attempt_at,
+                                                    webhook_events.c.id)).label("turn")
+            ranked = select(webhook_events, turn).where(*due).subquery()
+            rows = connection.execute(
+                select(*(ranked.c[column.name] for column in webhook_events.c))
+                .where(ranked.c.turn <= per_owner)
+                .order_by(ranked.c.turn, ranked.c.next_attempt_at, ranked.c.id)
+                .limit(limit)).all()
     return [_event(row) for row in rows]
 
 

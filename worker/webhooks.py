@@ -2,11 +2,14 @@
 
 It runs beside the job delivery loop, in the embedded ``decide serve`` and in every
 ``decide worker``: a thread that, every ``TICK_SECONDS``, notes completed batches (writing
-their ``batch.completed`` events), then claims each due event for a lease, sends it signed,
-and records the try. A receiver that fails (no answer, or any status but 2xx) is tried again
-after ``DECIDE_WEBHOOK_RETRY_SECONDS``, doubling each time up to
-``DECIDE_WEBHOOK_RETRY_MAX_SECONDS``, until ``DECIDE_WEBHOOK_GIVE_UP_SECONDS`` after the event;
-then the event is marked failed. Several loops share the work safely (each claim is a
+their ``batch.completed`` events), then hands due events to its free senders, each of which
+claims its event for a lease, sends it signed, and records the try. The loop never waits on a
+try, and keys take turns (issue 35, item 4): due events are read key by key in turn, and one
+key's tries in flight are at most ``PER_KEY_IN_FLIGHT``, so a key whose receivers hang holds
+half the senders at most while every other key's events go out. A receiver that fails (no
+answer, or any status but 2xx) is tried again after ``DECIDE_WEBHOOK_RETRY_SECONDS``, doubling
+each time up to ``DECIDE_WEBHOOK_RETRY_MAX_SECONDS``, until ``DECIDE_WEBHOOK_GIVE_UP_SECONDS``
+after the event; then the event is marked failed. Several loops share the work safely (each claim is a
 conditional UPDATE), and every state is in the database: a process that dies mid-send leaves
 its claim to run out, and the event is sent again (the receiver dedupes by ``webhook-id``).
 """
@@ -14,8 +17,10 @@ its claim to run out, and the event is sent again (the receiver dedupes by ``web
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -33,6 +38,9 @@ TICK_SECONDS = 0.5
 EVENTS_PER_ROUND = 64
 SENDERS = 8
 """Tries in flight at once: one receiver that hangs until its timeout holds one of them."""
+PER_KEY_IN_FLIGHT = SENDERS // 2
+"""One key's tries in flight at once: the other half of the senders stay free for other
+keys however many of one key's receivers hang."""
 PURGE_EVERY_SECONDS = 3600.0
 LEASE_MARGIN_SECONDS = 10.0
 NO_SECRET = "no signing secret (POST /v1/webhooks/secret)"
@@ -104,11 +112,14 @@ class WebhookDelivery(LoopThread):
         self._pool = ThreadPoolExecutor(SENDERS, thread_name_prefix="decide-webhook")
         self._purged_at = -PURGE_EVERY_SECONDS
         self._batches_after: str | None = None
+        self._in_flight: dict[str, str] = {}
+        """Event id → its key, for every try handed to a sender and not yet ended."""
+        self._in_flight_lock = threading.Lock()
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
             try:
-                self.round()
+                self.dispatch()
             except Exception:  # the loop outlives a database outage
                 log.exception("webhook delivery round failed")
             self._stopping.wait(self._tick)
@@ -116,14 +127,42 @@ class WebhookDelivery(LoopThread):
         self._sender.close()
 
     def round(self) -> int:
-        """Note completed batches, then try every due event once; returns the tries made."""
+        """``dispatch``, then wait for the tries it handed out; returns the tries made."""
+        return sum(future.result() for future in self.dispatch())
+
+    def dispatch(self) -> list[Future[int]]:
+        """Note completed batches, then hand due events to the free senders, key by key in
+        turn and at most ``PER_KEY_IN_FLIGHT`` of one key's in flight; returns the tries handed
+        out without waiting for them."""
         noted = outbox.note_completed_batches(self._db, after=self._batches_after)
         self._batches_after = noted.after  # round by round through every open batch
         for batch_id in noted.batches:
             log.info("batch %s completed; its events are written", batch_id)
         self._purge_if_due()
-        due = outbox.due_events(self._db, EVENTS_PER_ROUND)
-        return sum(self._pool.map(self._try_safely, due))
+        with self._in_flight_lock:
+            busy = dict(self._in_flight)
+        free = SENDERS - len(busy)
+        if free <= 0:
+            return []
+        per_key = Counter(busy.values())
+        handed: list[Future[int]] = []
+        for event in outbox.due_events(self._db, EVENTS_PER_ROUND,
+                                       per_owner=PER_KEY_IN_FLIGHT):
+            if len(handed) == free:
+                break
+            if event.id in busy or per_key[event.owner] >= PER_KEY_IN_FLIGHT:
+                continue
+            per_key[event.owner] += 1
+            with self._in_flight_lock:
+                self._in_flight[event.id] = event.owner
+            future = self._pool.submit(self._try_safely, event)
+            future.add_done_callback(lambda _, event_id=event.id: self._ended(event_id))
+            handed.append(future)
+        return handed
+
+    def _ended(self, event_id: str) -> None:
+        with self._in_flight_lock:
+            self._in_flight.pop(event_id, None)
 
     def _try_safely(self, event: outbox.Event) -> int:
         try:

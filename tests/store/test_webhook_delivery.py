@@ -3,6 +3,7 @@ every signature with the ``standardwebhooks`` library (issue 25, item 3)."""
 
 from __future__ import annotations
 
+import socket
 import socketserver
 import threading
 import time
@@ -341,3 +342,76 @@ def test_a_job_url_whose_key_has_no_secret_waits_for_one(db, receiver, caplog):
     wait_until(lambda: delivery.round() >= 0 and len(receiver.unique()) == 1)
     (event,) = outbox.events_of(db, job.id)
     assert event.status == outbox.DELIVERED and receiver.ids() == [event.id]
+
+
+class Hanging:
+    """A receiver that takes every connection and never answers."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.port = self.listener.getsockname()[1]
+        self.held: list[socket.socket] = []
+        self.stopping = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            self.held.append(connection)
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.listener.close()
+        for connection in self.held:
+            connection.close()
+
+
+def test_a_key_whose_receivers_hang_never_holds_another_keys_event(db, receiver):
+    """Issue 35, item 4: bob's 16 endpoints never answer and he has 3 finished jobs (48
+    events due first); alice's one event still goes out at once, while bob's tries hang,
+    and bob never has more than half the senders."""
+    hanging = Hanging()
+    for number in range(16):
+        webhooks.add_endpoint(db, owner="bob", url=f"http://127.0.0.1:{hanging.port}/b{number}",
+                              events=[webhooks.JOB_FINISHED])
+    for _ in range(3):
+        finished_job(db, owner="bob")
+    endpoint = webhooks.add_endpoint(db, owner="alice", url=receiver.url,
+                                     events=[webhooks.JOB_FINISHED])
+    receiver.trust(endpoint.secret)
+    delivery = loop(db)
+    delivery.start()
+    try:
+        started = time.monotonic()
+        job = finished_job(db, owner="alice")
+        wait_until(lambda: len(receiver.unique()) == 1, timeout=10.0)
+        took = time.monotonic() - started
+        hung = len(hanging.held)
+    finally:
+        delivery.stop()
+        delivery.join(15.0)
+        hanging.close()
+    assert receiver.unique()[outbox.events_of(db, job.id)[0].id].payload["data"]["id"] == job.id
+    assert took < 1.5  # bob's tries end at their 2 s timeout: alice's did not wait for one
+    assert 1 <= hung <= 4  # at most PER_KEY_IN_FLIGHT of bob's in flight
+
+
+def test_due_events_take_keys_in_turn(db):
+    """Read key by key: every key's longest due first, however many one key has."""
+    for _ in range(5):
+        webhooks.add_endpoint(db, owner="bob", url="http://hooks.example/b",
+                              events=[webhooks.JOB_FINISHED])
+    webhooks.add_endpoint(db, owner="alice", url="http://hooks.example/a",
+                          events=[webhooks.JOB_FINISHED])
+    for _ in range(2):
+        finished_job(db, owner="bob")
+    finished_job(db, owner="alice")
+    everything = outbox.due_events(db, 100)
+    assert [event.owner for event in everything].count("bob") == 10
+    taken = outbox.due_events(db, 3, per_owner=2)
+    assert sorted(event.owner for event in taken) == ["alice", "bob", "bob"]
+    assert [event.owner for event in outbox.due_events(db, 100, per_owner=1)] in (
+        ["bob", "alice"], ["alice", "bob"])
