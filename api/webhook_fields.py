@@ -60,21 +60,18 @@ def with_signing_secret(ctx: ApiContext, owner: str, url: str | None,
                         submit: Callable[[], T],
                         stored_url: Callable[[T], str | None] | None = None
                         ) -> tuple[T, str | None]:
-    """``submit()``'s result, and the key's signing secret when this call made it (to be shown
-    once): a key's first ``x_webhook`` URL makes it. A submission refused, or one that stored
-    no such URL (``stored_url`` of its result is not ``url``: an idempotent replay answers an
-    older job), takes back the secret it made, so no secret exists that was never shown."""
-    made = webhooks.ensure_signing_secret(ctx.db, owner) if url is not None else None
-    try:
-        result = submit()
-    except BaseException:
-        if made is not None:
-            webhooks.forget_signing_secret(ctx.db, owner, made)
-        raise
-    if made is not None and stored_url is not None and stored_url(result) != url:
-        webhooks.forget_signing_secret(ctx.db, owner, made)
+    """``submit()``'s result, and the key's signing secret when this call shows it: a key's
+    first ``x_webhook`` URL makes the secret (before the submission, so its event is signed),
+    and the first submission that stores a URL (``stored_url`` of its result is ``url``; an
+    idempotent replay answers an older job) shows it, once. A refused one shows nothing and
+    leaves the secret for the next (issue 35, item 8: a secret taken back by a refused
+    submission left racing ones with a URL and no secret)."""
+    if url is not None:
+        webhooks.ensure_signing_secret(ctx.db, owner)
+    result = submit()
+    if url is None or (stored_url is not None and stored_url(result) != url):
         return result, None
-    return result, made
+    return result, webhooks.show_signing_secret(ctx.db, owner)
 
 
 def job_url(accepted: Any) -> str | None:

@@ -213,8 +213,10 @@ webhook_secrets = Table(
     Column("owner", String(64), primary_key=True),
     Column("secret", String(100), nullable=False),
     Column("created_at", Float, nullable=False),
+    Column("shown_at", Float),
 )
-"""A key's signing secret for the URLs its jobs and batches name (``x_webhook``)."""
+"""A key's signing secret for the URLs its jobs and batches name (``x_webhook``), and when it
+was shown (null until a submission storing a URL, or a rotation, answers with it)."""
 
 webhook_events = Table(
     "webhook_events", metadata,

@@ -11,13 +11,13 @@ import json
 import os
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, exists, func, or_, select
+from sqlalchemy import Engine, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from decide.store.clock import read_database_now
 from decide.store.ids import new_id
 from decide.store.quota import lock_owner
-from decide.store.tables import batches, jobs, webhook_endpoints, webhook_secrets
+from decide.store.tables import webhook_endpoints, webhook_secrets
 
 JOB_FINISHED, BATCH_COMPLETED = "job.finished", "batch.completed"
 EVENT_TYPES = (JOB_FINISHED, BATCH_COMPLETED)
@@ -100,41 +100,40 @@ def signing_secret(db: Engine, owner: str) -> str | None:
             webhook_secrets.c.owner == owner)).scalar()
 
 
-def ensure_signing_secret(db: Engine, owner: str) -> str | None:
-    """Make the key's signing secret when it has none: the new secret (to be shown once), or
-    None when it had one already (two front doors racing: one of them makes it)."""
+def ensure_signing_secret(db: Engine, owner: str) -> None:
+    """Make the key's signing secret when it has none, not yet shown (``show_signing_secret``
+    shows it); two front doors racing make one."""
     if signing_secret(db, owner) is not None:
-        return None
-    secret = new_secret()
+        return
+    secret, now = new_secret(), read_database_now(db)
     try:
         with db.begin() as connection:
             connection.execute(webhook_secrets.insert().values(
-                owner=owner, secret=secret, created_at=read_database_now(db)))
+                owner=owner, secret=secret, created_at=now))
     except IntegrityError:
-        return None
-    return secret
+        return
+
+
+def show_signing_secret(db: Engine, owner: str) -> str | None:
+    """The key's signing secret if it was never shown, marked shown in the same statement
+    (so it is shown once, whoever asks at once); None when shown before, or none exists."""
+    with db.begin() as connection:
+        row = connection.execute(
+            update(webhook_secrets).where(webhook_secrets.c.owner == owner,
+                                          webhook_secrets.c.shown_at.is_(None))
+            .values(shown_at=webhook_secrets.c.created_at)
+            .returning(webhook_secrets.c.secret)).first()
+    return None if row is None else str(row[0])
 
 
 def rotate_signing_secret(db: Engine, owner: str) -> str:
-    """A new signing secret for the key's URLs, replacing the old one (shown once)."""
+    """A new signing secret for the key's URLs, replacing the old one (shown once: by this
+    call's answer)."""
     secret = new_secret()
     now = read_database_now(db)
     with db.begin() as connection:
         lock_owner(connection, owner)  # two at once: one after the other, the last one kept
         connection.execute(webhook_secrets.delete().where(webhook_secrets.c.owner == owner))
         connection.execute(webhook_secrets.insert().values(owner=owner, secret=secret,
-                                                           created_at=now))
+                                                           created_at=now, shown_at=now))
     return secret
-
-
-def forget_signing_secret(db: Engine, owner: str, secret: str) -> bool:
-    """Take back a signing secret never shown (the submission that made it was refused, or
-    stored no URL of its own): True when taken back. It is kept once any of the key's jobs or
-    batches names a URL: another submission may have seen it and stored one meanwhile, whose
-    event is signed with it."""
-    named = or_(exists().where(jobs.c.owner == owner, jobs.c.webhook_url.is_not(None)),
-                exists().where(batches.c.owner == owner, batches.c.webhook_url.is_not(None)))
-    with db.begin() as connection:
-        return connection.execute(webhook_secrets.delete().where(
-            webhook_secrets.c.owner == owner, webhook_secrets.c.secret == secret,
-            ~named)).rowcount == 1

@@ -9,9 +9,10 @@ key's tries in flight are at most ``PER_KEY_IN_FLIGHT``, so a key whose receiver
 half the senders at most while every other key's events go out. A receiver that fails (no
 answer, or any status but 2xx) is tried again after ``DECIDE_WEBHOOK_RETRY_SECONDS``, doubling
 each time up to ``DECIDE_WEBHOOK_RETRY_MAX_SECONDS``, until ``DECIDE_WEBHOOK_GIVE_UP_SECONDS``
-after the event; then the event is marked failed. Several loops share the work safely (each claim is a
-conditional UPDATE), and every state is in the database: a process that dies mid-send leaves
-its claim to run out, and the event is sent again (the receiver dedupes by ``webhook-id``).
+after the event; then the event is marked failed. Several loops share the work safely (each
+claim is a conditional UPDATE), and every state is in the database: a process that dies
+mid-send leaves its claim to run out, and the event is sent again (the receiver dedupes by
+``webhook-id``).
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ class WebhookDelivery(LoopThread):
                                                          self._compose(claimed))
         if secret is None and claimed.endpoint_id is not None:
             sent_outcome, final = outbox.Try(None, "the endpoint was deleted", 0.0), True
-        elif secret is None:  # the key has none yet (one made may be taken back): try later
+        elif secret is None:  # the key has none (only a database edited by hand): try later
             sent_outcome, final = outbox.Try(None, NO_SECRET, 0.0), False
         else:
             sent = self._sender.send(claimed.url, secret, claimed.id, payload)

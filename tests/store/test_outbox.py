@@ -185,9 +185,11 @@ def test_endpoints_and_the_signing_secret(db):
     assert not webhooks.delete_endpoint(db, endpoint.id, "bob")
     assert webhooks.delete_endpoint(db, endpoint.id, "alice")
     assert webhooks.list_endpoints(db, "alice") == []
-    made = webhooks.ensure_signing_secret(db, "alice")
+    webhooks.ensure_signing_secret(db, "alice")
+    made = webhooks.show_signing_secret(db, "alice")
     assert made is not None and made.startswith("whsec_")
-    assert webhooks.ensure_signing_secret(db, "alice") is None  # shown once
+    webhooks.ensure_signing_secret(db, "alice")  # kept as it is
+    assert webhooks.show_signing_secret(db, "alice") is None  # shown once
     assert webhooks.signing_secret(db, "alice") == made
     rotated = webhooks.rotate_signing_secret(db, "alice")
     assert rotated != made and webhooks.signing_secret(db, "alice") == rotated
@@ -227,25 +229,46 @@ def test_a_try_whose_lease_ran_out_is_not_recorded(db):
         outbox.DELIVERED
 
 
-def test_a_signing_secret_is_taken_back_only_while_no_url_of_the_key_is_stored(db):
-    """Two submissions race on a key's first x_webhook: one makes the secret, the other sees
-    it and stores its job; the first, refused, may then not take the secret back."""
-    made = webhooks.ensure_signing_secret(db, "alice")
-    assert webhooks.forget_signing_secret(db, "alice", made)  # nothing names a URL yet
-    assert webhooks.signing_secret(db, "alice") is None
-    made = webhooks.ensure_signing_secret(db, "alice")
-    new_job(db, owner="bob", webhook_url="https://jobs.example/bob")  # another key's
-    new_job(db, notify=True)  # alice's, no URL
-    assert webhooks.forget_signing_secret(db, "alice", made)
-    made = webhooks.ensure_signing_secret(db, "alice")
-    new_job(db, notify=True, webhook_url="https://jobs.example/hook")  # the racing job
-    assert not webhooks.forget_signing_secret(db, "alice", made)
-    assert webhooks.signing_secret(db, "alice") == made
-    carol = webhooks.ensure_signing_secret(db, "carol")
-    batches.create_batch(db, owner="carol", model="m", priority="background",
-                         questions=REQUEST["questions"], metadata=None, items=[("a", "x")],
-                         rows_per_item=1, webhook_url="https://jobs.example/batch")
-    assert not webhooks.forget_signing_secret(db, "carol", carol)
+def test_a_signing_secret_is_shown_once_by_the_first_submission_storing_a_url(db):
+    """Issue 35, item 8: two first x_webhook submissions of a key race. The first makes the
+    secret and is refused; the second, run inside it (after the secret was made and before
+    the refusal), stores its URL and shows the secret. A third shows nothing: shown once."""
+    from decide.api.webhook_fields import with_signing_secret
+
+    ctx = SimpleNamespace(db=db)
+    url = "https://jobs.example/hook"
+
+    def submit_url():
+        return new_job(db, notify=True, webhook_url=url)
+
+    def refused_after_another():
+        outcome.append(with_signing_secret(ctx, "alice", url, submit_url,
+                                           lambda job: job.webhook_url))
+        raise RuntimeError("over quota")
+
+    outcome: list = []
+    with pytest.raises(RuntimeError):
+        with_signing_secret(ctx, "alice", url, refused_after_another,
+                            lambda job: job.webhook_url)
+    ((job, shown_secret),) = outcome
+    assert job.webhook_url == url and shown_secret is not None
+    assert webhooks.signing_secret(db, "alice") == shown_secret
+    assert with_signing_secret(ctx, "alice", url, submit_url)[1] is None
+
+    # refused alone: the secret waits, unshown, for the first submission that stores a URL
+    with pytest.raises(RuntimeError):
+        with_signing_secret(ctx, "bob", url, lambda: (_ for _ in ()).throw(RuntimeError()))
+    made = webhooks.signing_secret(db, "bob")
+    assert made is not None
+    older = new_job(db, owner="bob")
+    assert with_signing_secret(ctx, "bob", url, lambda: older,
+                               lambda job: job.webhook_url)[1] is None  # a replay: no URL
+    assert with_signing_secret(ctx, "bob", url, lambda: new_job(db, owner="bob",
+                                                                webhook_url=url),
+                               lambda job: job.webhook_url)[1] == made
+    # a rotation is shown by its own answer: no submission shows it again
+    webhooks.rotate_signing_secret(db, "bob")
+    assert webhooks.show_signing_secret(db, "bob") is None
 
 
 def test_endpoints_are_counted_and_added_under_the_keys_lock(db):
