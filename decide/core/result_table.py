@@ -8,7 +8,8 @@ question, in the batch's question order:
 - choice: ``<id>`` (the pick), ``<id>.confidence``, ``<id>.p.<option>`` per option in the
   question's option order;
 - noul: ``<id>`` (the probability of yes);
-- score: ``<id>`` (the score), ``<id>.confidence``, ``<id>.p.<level index>`` per level.
+- score: ``<id>`` (the score), ``<id>.confidence``, ``<id>.p.<index>: <level>`` per level (the
+  index the wire keys its probability by, and the level it names: ``urgency.p.2: now``).
 
 A taught question keeps its type's columns (its answer keeps its type's shape) and adds one,
 ``<id>.taught``: the taught question that answered (``tq_…``). Which one answers is chosen
@@ -73,12 +74,19 @@ def _taught(question: Question) -> bool:
     return isinstance(question.taught, str)
 
 
+def _named(question: Question, key: str) -> str:
+    """A probability key as its column names it: a score's level index with the level."""
+    if isinstance(question, ScoreQuestion):
+        return f"{key}: {question.levels[int(key)]}"
+    return key
+
+
 def question_columns(question: Question) -> list[str]:
     """One question's column names (see the module's rule)."""
     names = [question.id]
     if not isinstance(question, NoulQuestion):
         names.append(f"{question.id}.confidence")
-        names.extend(f"{question.id}.p.{key}" for key in _keys(question))
+        names.extend(f"{question.id}.p.{_named(question, key)}" for key in _keys(question))
     if _taught(question):
         names.append(question.id + TAUGHT_SUFFIX)
     return names

@@ -40,7 +40,8 @@ def test_csv_results_have_a_header_and_one_row_per_item_in_order(open_door):
     assert rows[0] == [
         "custom_id", "status", "error_type", "error_message",
         "team", "team.confidence", "team.p.billing", 'team.p.ship, "fast"',
-        "refund", "urgency", "urgency.confidence", "urgency.p.0", "urgency.p.1", "urgency.p.2"]
+        "refund", "urgency", "urgency.confidence", "urgency.p.0: whenever", "urgency.p.1: soon",
+        "urgency.p.2: now"]
     # a custom_id a spreadsheet would run as a formula is quoted with a leading '
     assert [row[0] for row in rows[1:]] == [*(item["custom_id"] for item in items[:4]),
                                             "'=comma, \"quote\"\nline"]

