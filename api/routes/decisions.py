@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -21,7 +21,7 @@ from decide.api.schemas import (
     request_body,
     responses,
 )
-from decide.api.submit import Accepted, accept, checked_priority
+from decide.api.submit import Accepted, accept, checked_idempotency_key, checked_priority
 from decide.api.views import job_view, sync_response
 from decide.api.waiting import wait_while_connected
 from decide.api.webhook_fields import async_webhook, shown, with_signing_secret
@@ -67,14 +67,18 @@ async def submitted(request: Request, ctx: ApiContext, owner: str, body: Any,
 
 @router.post("/v1/systemone", openapi_extra=request_body(SystemOneRequest),
              responses=responses({200: SystemOneResponse, 202: JobSchema}))
-async def system_one(request: Request, ctx: Context, owner: Owner) -> Response:
+async def system_one(request: Request, ctx: Context, owner: Owner,
+                     idempotency_key: Annotated[str | None, Header()] = None) -> Response:
+    """With an ``Idempotency-Key``, a retry of the call (the same key and body) answers the
+    job the first one made, waited for again, instead of making and billing another."""
     body = await read_json(request)
     priority = "foreground"
     if isinstance(body, dict) and "x_priority" in body:
         priority = checked_priority(body["x_priority"], "x_priority")
+    checked_idempotency_key(idempotency_key)
     answered = await submitted(request, ctx, owner, body, lambda waits, url: accept(
         ctx, owner=owner, body=body, priority=priority, sync_call=waits, notify=not waits,
-        webhook_url=url))
+        webhook_url=url, idempotency_key=idempotency_key))
     if isinstance(answered, Response):
         return answered
     job, headers = answered.job, answered.headers

@@ -21,7 +21,7 @@ from mcp.server.stdio import stdio_server
 
 from decide.api import mcp_tools
 from decide.api.mcp_server import Backend, ToolFailure, build_server
-from decide.client import AsyncClient
+from decide.client import AsyncClient, calls
 from decide.client.errors import APIError, InvalidRequestError, ServiceUnreachableError
 
 
@@ -48,8 +48,9 @@ class RemoteTools:
         """``POST /v1/systemone`` with the checked arguments as its whole body: its top-level
         ``x_`` fields (``x_priority``, which ``priority`` was read from, and any other) reach
         the service as they would over HTTP."""
-        try:
-            answer, _ = await self.client._call("POST", "/v1/systemone", json_body=body)
+        try:  # a key per tool call: the client's retries find its job instead of another
+            answer, _ = await self.client._call("POST", "/v1/systemone", json_body=body,
+                                                headers=calls.submit_headers(None))
         except APIError as error:
             raise refused(error) from error
         return answer
@@ -66,11 +67,12 @@ class RemoteTools:
 
     async def submit_job(self, job: mcp_tools.JobArguments) -> dict[str, Any]:
         """``POST /v1/jobs`` with the arguments as its body (``x_webhook`` included), the
-        idempotency key as its header."""
+        idempotency key as its header (one made for this tool call when none is given, so the
+        client's retries never store a second job)."""
         body = {**job.body, "priority": job.priority,
                 **({"metadata": job.metadata} if job.metadata is not None else {}),
                 **({"x_webhook": job.webhook} if job.webhook is not None else {})}
-        headers = {"Idempotency-Key": job.idempotency_key} if job.idempotency_key else None
+        headers = calls.submit_headers(job.idempotency_key)
         try:
             answer, _ = await self.client._call("POST", "/v1/jobs", json_body=body,
                                                 headers=headers)

@@ -72,6 +72,25 @@ def test_an_idempotency_key_returns_the_same_job(open_door):
     assert other.json()["detail"][0]["loc"] == ["header", "Idempotency-Key"]
 
 
+def test_a_sync_call_with_an_idempotency_key_answers_its_first_job_again(open_door):
+    """Issue 35, item 8: a retried sync call (the remote MCP decide tool's, one key per tool
+    call) answers the job its first try made; the key with another body is refused."""
+    body = {"state": "s", "questions": {"r": NOUL}}
+    first = open_door.client.post("/v1/systemone", json=body, headers={"Idempotency-Key": "s1"})
+    again = open_door.client.post("/v1/systemone", json=body, headers={"Idempotency-Key": "s1"})
+    assert first.status_code == again.status_code == 200, again.text
+    assert again.headers["x-job-id"] == first.headers["x-job-id"]
+    assert again.json() == first.json()
+    other = open_door.client.post("/v1/systemone", json={**body, "state": "t"},
+                                  headers={"Idempotency-Key": "s1"})
+    assert other.status_code == 422
+    assert other.json()["detail"][0]["loc"] == ["header", "Idempotency-Key"]
+    fresh = open_door.client.post("/v1/systemone", json=body, headers={"Idempotency-Key": "s2"})
+    assert fresh.headers["x-job-id"] != first.headers["x-job-id"]
+    empty = open_door.client.post("/v1/systemone", json=body, headers={"Idempotency-Key": ""})
+    assert empty.status_code == 422
+
+
 def test_a_batch_runs_every_item_and_pages_its_results(open_door):
     items = [{"custom_id": f"t{n}", "state": f"ticket {n}"} for n in range(5)]
     response = open_door.client.post("/v1/batches", json={"questions": {"r": NOUL},

@@ -152,3 +152,38 @@ def test_through_mcp_a_request_that_can_never_be_queued_is_refused_at_once():
     with pytest.raises(ToolFailure, match="rate_limit_error: it can never be queued"):
         anyio.run(call)
     assert time.monotonic() - started < 5
+
+
+def test_the_remote_mcp_tools_retry_under_one_idempotency_key_per_tool_call():
+    """Issue 35, item 8: the remote MCP ``decide`` and ``submit_job`` tools send an
+    Idempotency-Key made for the tool call (or the caller's), the same on each of the
+    client's retries, so a 503 after the job was stored finds it instead of making another."""
+    from decide.api.mcp_tools import JobArguments
+    from decide.cli.mcp_stdio import RemoteTools
+
+    sent: list[tuple[str, str | None]] = []
+    first_tries = {"/v1/systemone": True, "/v1/jobs": True}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        sent.append((request.url.path, request.headers.get("idempotency-key")))
+        if first_tries.get(request.url.path):
+            first_tries[request.url.path] = False
+            return httpx.Response(503, json=BUSY, headers={"Retry-After": "0"})
+        return httpx.Response(200, json={"id": "job_1"})
+
+    async def run() -> None:
+        async with AsyncClient("http://decide.test", timeout=5.0,
+                               transport=httpx.MockTransport(handle)) as client:
+            tools = RemoteTools(client)
+            await tools.decide({"state": "s", "questions": {}}, "foreground")
+            await tools.decide({"state": "s", "questions": {}}, "foreground")
+            await tools.submit_job(JobArguments(body={}, priority="background",
+                                                metadata=None, idempotency_key=None))
+            await tools.submit_job(JobArguments(body={}, priority="background",
+                                                metadata=None, idempotency_key="mine"))
+
+    asyncio.run(run())
+    keys = [key for _, key in sent]
+    assert [path for path, _ in sent] == ["/v1/systemone"] * 3 + ["/v1/jobs"] * 3
+    assert all(keys) and keys[0] == keys[1] != keys[2]  # a retry keeps it; a new call, new
+    assert keys[3] == keys[4] and keys[3] not in keys[:3] and keys[5] == "mine"
