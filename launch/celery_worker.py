@@ -142,6 +142,10 @@ class CeleryWorker:
         """The Celery task's body: one job, once the runner is ready."""
         if not self._await_runner():
             # the job stays queued (never claimed); the delivery loop sends it again
+            if self.leaving.is_set():
+                log.warning("worker stopping while its runner cannot start (%s): job %s is "
+                            "left queued for another worker", self._runner.problem, job_id)
+                return None
             log.critical("decoding runner of %s cannot start again: %s; this worker stops",
                          self.model, self._runner.problem)
             self._failed.set()
@@ -241,9 +245,11 @@ class CeleryWorker:
             log.warning("foreground job %s is left to the delivery loop (%s)", job_id, error)
 
     def _await_runner(self) -> bool:
-        """Wait for a runner that is starting again after a crash; False when it cannot."""
+        """Wait for a runner that is starting again after a crash; False when it cannot, or
+        once Celery starts shutting down (a warm shutdown waits for this task: it must not
+        wait out ``DECIDE_RUNNER_START_SECONDS`` for a runner that cannot start)."""
         deadline = time.monotonic() + self._runner_start_seconds
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.leaving.is_set():
             if self._runner.wait_ready(1.0):
                 return True
         return False

@@ -66,3 +66,44 @@ def test_a_worker_whose_runner_cannot_start_again_is_not_ready(cluster_factory, 
         copy.write_bytes(whole)  # the model is back: the worker recovers without a job
         wait_until(lambda: client.get("/ready").status_code == 200, 120,
                    what="/ready once the runner started again")
+
+
+def test_a_worker_whose_runner_is_broken_stops_at_once_and_its_job_stays_queued(
+        cluster_factory, tmp_path, settings):
+    """Issue 35, item 8: a job given to a worker whose runner cannot start again waits for the
+    runner (up to ``DECIDE_RUNNER_START_SECONDS``, 600); a SIGTERM then used to leave the
+    worker in Celery's warm shutdown, heartbeating, for that long. It stops within seconds,
+    and the job, never claimed, is done by the next worker."""
+    import time
+
+    from decide.llm.catalog import DEFAULT_GGUF, install_embedded_default
+
+    data = tmp_path / "data"
+    copy = data / "models" / DEFAULT_GGUF
+    copy.parent.mkdir(parents=True)
+    shutil.copyfile(install_embedded_default(settings.data_dir), copy)
+    cluster = cluster_factory(DECIDE_DATA_DIR=str(data))
+    worker = cluster.start_worker()
+    cluster.start_api()
+    with cluster.client() as client:
+        whole = copy.read_bytes()
+        copy.write_bytes(whole[:4096])
+        (runner,) = children(worker.pid)
+        os.kill(runner, signal.SIGKILL)
+        wait_until(lambda: client.get("/ready").status_code == 503, 60,
+                   what="/ready to refuse the worker")
+        job = client.post("/v1/jobs", json={"state": "s", "questions": {
+            "r": {"type": "noul", "instructions": "Is it s?"}}}).json()
+        time.sleep(3)  # the worker's task has it, waiting for a runner
+        stopped_at = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(60)
+        took = time.monotonic() - stopped_at
+        assert took < 30, took
+        assert client.get(f"/v1/jobs/{job['id']}").json()["status"] == "queued"
+        copy.write_bytes(whole)
+        cluster.start_worker()
+        done = wait_until(lambda: (answer := client.get(f"/v1/jobs/{job['id']}").json())
+                          ["status"] == "succeeded" and answer, 180,
+                          what="the queued job done by the next worker")
+        assert done["result"]["answers"]["r"]["type"] == "noul"
