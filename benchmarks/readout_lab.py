@@ -12,13 +12,14 @@ Then for each size N, every question is taught on its first N train items (answe
 as ``decide teach --per-question N``) and the test items are scored, accuracy and ECE, by:
 
 - zero-shot: the model's own answer;
-- hidden: the service's readout (``decide.teach.fit``), served where its gate passes;
+- hidden: the hidden-state readout alone (the service before its lexical readout), served
+  where its gate passes;
 - tf-idf: word 1-2-grams and character 3-5-grams with logistic regression, C by
   cross-validation on the train items (benchmarks/taught_baselines.py's classifier);
-- stacked: the hidden readout and the tf-idf classifier, each cross-validated on the same
-  folds, combined by a small softmax over their log-probabilities fitted on their out-of-fold
-  predictions; served where its own gate (the stacked out-of-fold log-loss against
-  zero-shot's) passes.
+- taught: the service's fit (``decide.teach.fit.fit_readout`` with the examples' states: the
+  hidden state, the state's terms or both, whichever cross-validates best), served where
+  its gate passes, each test item read as the runner reads it
+  (``TaughtReadout.answer_probabilities``).
 
 Everything is chosen on the train items only. Needs scikit-learn (the ``test`` extra).
 """
@@ -52,7 +53,6 @@ from decide.core.taught import (
     match_key,
     parse_taught_question,
     zero_shot_by_answer,
-    zero_shot_feature,
 )
 from decide.llm.catalog import gguf_path, load_catalog
 from decide.llm.decoding import load_decoding_engine
@@ -60,6 +60,7 @@ from decide.llm.identity import model_identity
 from decide.quality.evaluate import load_set
 from decide.quality.metrics import Scored, accuracy, ece
 from decide.teach import fit as fit_module
+from decide.teach import regression
 
 CACHE = Path.home() / ".cache" / "decide" / "readout_lab"
 SETS = {"project": (ROOT / "quality" / "calibration.jsonl", ROOT / "quality" / "decisions.jsonl"),
@@ -113,22 +114,26 @@ def decoded(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def hidden_features(rows: list[dict[str, Any]]) -> np.ndarray:
-    return np.array([[*row["hidden"], *(zero_shot_feature(p) for p in row["zero_shot"])]
-                     for row in rows])
+def fitted(train: list[dict[str, Any]], k: int, ordinal: bool, *, with_states: bool):
+    """The service's fit on ``train``: (its gate passed, predict(rows))."""
+    keys = train[0]["keys"]
+    result = fit_module.fit_readout(
+        "tq_lab", np.array([row["hidden"] for row in train]), [row["y"] for row in train],
+        keys, ordinal=ordinal, zero_shot=np.array([row["zero_shot"] for row in train]),
+        states=[row["state"] for row in train] if with_states else None)
+    readout = result.readout
+    if with_states:
+        READS[readout.reads] += 1
+
+    def predict(rows: list[dict[str, Any]]) -> np.ndarray:
+        return np.array([readout.answer_probabilities(row["hidden"],
+                                                      dict(zip(keys, row["zero_shot"])),
+                                                      row["state"]) for row in rows])
+
+    return result.figures["gate"]["used"], predict
 
 
-def hidden_readout(train: list[dict[str, Any]], k: int, ordinal: bool):
-    """The service's readout: (out-of-fold probabilities, predict(rows))."""
-    x, y = hidden_features(train), np.array([row["y"] for row in train])
-    candidates = {}
-    for kind in ((True, False) if ordinal else (False,)):
-        penalty, oof = fit_module.choose_penalty(x, y, k, ordinal=kind)
-        candidates[kind] = (fit_module._log_loss(oof, y), penalty, oof)
-    kind = min(candidates, key=lambda name: candidates[name][0])
-    _, penalty, oof = candidates[kind]
-    model = fit_module._Model.fit(x, y, k, ordinal=kind, penalty=penalty)
-    return oof, lambda rows: model.predict(hidden_features(rows))
+READS: dict[str, int] = defaultdict(int)
 
 
 def full_probabilities(model: Any, k: int, states: list[str]) -> np.ndarray:
@@ -137,44 +142,10 @@ def full_probabilities(model: Any, k: int, states: list[str]) -> np.ndarray:
     return found / found.sum(axis=1, keepdims=True)
 
 
-def lexical_readout(train: list[dict[str, Any]], k: int):
-    """TF-IDF and logistic regression: (out-of-fold probabilities on the readout's folds,
-    predict(rows))."""
-    states = [text(row["state"]) for row in train]
-    y = np.array([row["y"] for row in train])
-    fold = fit_module.folds_of(y)
-    oof = np.zeros((len(y), k))
-    for held in range(fit_module.fold_count(y)):
-        inside = fold != held
-        model = classifier([s for s, keep in zip(states, inside) if keep], list(y[inside]))
-        oof[~inside] = full_probabilities(model, k, [s for s, keep in zip(states, inside)
-                                                     if not keep])
-    model = classifier(states, list(y))
-    return oof, lambda rows: full_probabilities(model, k, [text(row["state"]) for row in rows])
-
-
-def stacked_readout(train: list[dict[str, Any]], k: int, ordinal: bool):
-    oof_a, predict_a = hidden_readout(train, k, ordinal)
-    oof_b, predict_b = lexical_readout(train, k)
-    y = np.array([row["y"] for row in train])
-    meta_x = np.log(np.clip(np.concatenate([oof_a, oof_b], axis=1), 1e-6, 1))
-    penalty, oof = fit_module.choose_penalty(meta_x, y, k, ordinal=False)
-    meta = fit_module._Model.fit(meta_x, y, k, ordinal=False, penalty=penalty)
-
-    def predict(rows: list[dict[str, Any]]) -> np.ndarray:
-        features = np.log(np.clip(np.concatenate([predict_a(rows), predict_b(rows)], axis=1),
-                                  1e-6, 1))
-        return meta.predict(features)
-
-    return oof, predict
-
-
-def served(oof: np.ndarray, train: list[dict[str, Any]], predicted: np.ndarray,
-           test: list[dict[str, Any]]) -> np.ndarray:
-    y = np.array([row["y"] for row in train])
-    zero_train = np.array([row["zero_shot"] for row in train])
-    used = fit_module.gate(oof, zero_train, y)["used"]
-    return predicted if used else np.array([row["zero_shot"] for row in test])
+def lexical_baseline(train: list[dict[str, Any]], k: int):
+    """TF-IDF and logistic regression (scikit-learn): predict(rows)."""
+    model = classifier([text(row["state"]) for row in train], [row["y"] for row in train])
+    return lambda rows: full_probabilities(model, k, [text(row["state"]) for row in rows])
 
 
 def run(train_rows, test_rows, size: int) -> dict[str, dict[str, Any]]:
@@ -189,12 +160,10 @@ def run(train_rows, test_rows, size: int) -> dict[str, dict[str, Any]]:
             continue
         k, ordinal = len(rows[0]["keys"]), rows[0]["ordinal"]
         ways = {"zero-shot": np.array([row["zero_shot"] for row in test])}
-        oof, predict = hidden_readout(chosen, k, ordinal)
-        ways["hidden"] = served(oof, chosen, predict(test), test)
-        _, predict = lexical_readout(chosen, k)
-        ways["tf-idf"] = predict(test)
-        oof, predict = stacked_readout(chosen, k, ordinal)
-        ways["stacked"] = served(oof, chosen, predict(test), test)
+        for way, with_states in (("hidden", False), ("taught", True)):
+            used, predict = fitted(chosen, k, ordinal, with_states=with_states)
+            ways[way] = predict(test) if used else ways["zero-shot"]
+        ways["tf-idf"] = lexical_baseline(chosen, k)(test)
         for way, probabilities in ways.items():
             for row, p in zip(test, probabilities):
                 results[way].append((p, row["y"], row["domain"]))
@@ -220,7 +189,7 @@ def main() -> None:
                         help="the hidden readout's penalties tried (default: the service's)")
     args = parser.parse_args()
     if args.penalties:
-        fit_module.PENALTIES = tuple(args.penalties)
+        regression.PENALTIES = tuple(args.penalties)
     train, test = items_of(args.set)
     train_rows, test_rows = decoded(train), decoded(test)
     print(f"set {args.set}: {len(train_rows)} train items, {len(test_rows)} test items")
@@ -230,6 +199,8 @@ def main() -> None:
             domains = " ".join(f"{d} {v:.2f}" for d, v in figures["by_domain"].items())
             print(f"{size:<5} {way:<11} {figures['accuracy']:.3f}     {figures['ece']:.3f}   "
                   f"{figures['log_loss']:.3f}     {domains}")
+        print("      taught reads:", dict(READS))
+        READS.clear()
     penalties = (" --penalties " + " ".join(f"{p:g}" for p in args.penalties)
                  if args.penalties else "")
     print(f"command: .venv/bin/python benchmarks/readout_lab.py --set {args.set} --sizes "

@@ -131,7 +131,8 @@ def fit_examples(taught_id: str, question: Question, examples: list[dict[str, An
     fitted = fit_readout(taught_id, np.array(hidden), labels, keys,
                          ordinal=isinstance(question, ScoreQuestion),
                          zero_shot=np.array(zero_shot), model_identity=identity, use=use,
-                         between=before_row)
+                         between=before_row,
+                         states=[example["state"] for example in examples])
     figures = {**fitted.figures, "decode_ms": round((decoded - started) * 1000, 1),
                "seconds": round(time.perf_counter() - started, 3)}
     return fitted, figures, tokens

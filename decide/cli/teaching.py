@@ -102,6 +102,18 @@ def first_per_answer(examples: list[dict[str, Any]], count: int | None) -> list[
     return chosen
 
 
+def reads_of(fit: dict[str, Any]) -> str:
+    """What the readout reads, as ``decide teach`` says it: the hidden state's regression and
+    penalty, the state's words and characters, or both (fits from before say the first)."""
+    hidden = f"hidden state, {fit['readout']}, penalty {fit['penalty']}"
+    reads = fit.get("reads", "hidden")
+    if reads == "hidden":
+        return f"reads the {hidden}"
+    words = (f"{fit.get('lexical_terms', '?')} terms of the state, penalty "
+             f"{fit.get('lexical_penalty')}")
+    return f"reads {words}" if reads == "lexical" else f"reads the {hidden}, and {words}"
+
+
 def render_fit(question: dict[str, Any], status: str, fit: dict[str, Any] | None,
                error: dict[str, Any] | None, taught_id: str | None = None) -> str:
     title = question.get("instructions") or "(noul)"
@@ -113,8 +125,7 @@ def render_fit(question: dict[str, Any], status: str, fit: dict[str, Any] | None
     taught, zero = fit["taught"], fit.get("zero_shot") or {}
     lines = [f"{title} ({question['type']}, {fit['examples']} examples: {per_answer})",
              f"  taught     accuracy {taught['accuracy']:.3f}  ECE {taught['ece']:.3f}  "
-             f"({fit['folds']}-fold cross-validated; {fit['readout']}, penalty "
-             f"{fit['penalty']})"]
+             f"({fit['folds']}-fold cross-validated; {reads_of(fit)})"]
     if zero:
         lines.append(f"  zero-shot  accuracy {zero['accuracy']:.3f}  ECE {zero['ece']:.3f}  "
                      "(the same examples)")

@@ -241,7 +241,8 @@ class DecisionEngine:
             if readout is not None:
                 answers[question.id] = taught_answer(
                     question, _in_question_order(readout, question, reading.hidden[question.id],
-                                                 answers[question.id]), readout.id)
+                                                 answers[question.id], request.state),
+                    readout.id)
         types = {question.id: question.type for question in request.questions}
         rows_by_type: dict[str, int] = {}
         for row in plan.rows + plan.prior_rows:
@@ -274,7 +275,7 @@ def _answer_slots(plan: RowPlan, question_ids: frozenset[str]) -> dict[str, int]
 
 
 def _in_question_order(readout: TaughtReadout, question: Question, hidden: Sequence[float],
-                       zero_shot: Readout) -> list[float]:
+                       zero_shot: Readout, state: Any) -> list[float]:
     """The readout's probabilities in the question's own answer order (a choice's options may
     come in any order); a question whose answers are not the readout's is refused."""
     keys = answer_keys(question)
@@ -283,8 +284,8 @@ def _in_question_order(readout: TaughtReadout, question: Question, hidden: Seque
             loc=("questions", question.id, TAUGHT_FIELD),
             msg=f"taught question {readout.id} answers {sorted(readout.answers)}, and this "
                 f"question's answers are {sorted(keys)}", type="value_error")])
-    features = readout.features(hidden, zero_shot_by_answer(zero_shot, question))
-    by_answer = dict(zip(readout.answers, readout.probabilities(features), strict=True))
+    by_answer = dict(zip(readout.answers, readout.answer_probabilities(
+        hidden, zero_shot_by_answer(zero_shot, question), state), strict=True))
     return [by_answer[key] for key in keys]
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from decide.core.errors import FieldError, InvalidRequest
+from decide.core.lexical import LexicalReadout
 from decide.core.questions import (
     TAUGHT_FIELD,
     ChoiceQuestion,
@@ -31,6 +32,10 @@ TAUGHT_ID_PREFIX = "tq_"
 SOFTMAX = "softmax"
 ORDINAL = "ordinal"
 READOUT_VERSION = 1
+READS_HIDDEN, READS_LEXICAL, READS_BOTH = "hidden", "lexical", "both"
+"""What a taught readout reads: the hidden state (with the zero-shot answer), the state's
+words and characters (``decide.core.lexical``), or both as a product of experts; its fit
+chooses by cross-validated log-loss (EVALUATION.md)."""
 AUTO, ALWAYS = "auto", "always"
 """A taught question's ``use``: answer only where its fit beats zero-shot on its examples (the
 gate, ``decide.teach.fit.gate``), or always."""
@@ -41,6 +46,8 @@ MIN_EXAMPLES = 4
 MAX_EXAMPLES = 2_000
 """The most examples one taught question may be fitted on (inline and labelled together)."""
 ZERO_SHOT_FLOOR = 1e-4
+PROBABILITY_FLOOR = 1e-12
+"""The least probability a product of experts reads (``TaughtReadout.answer_probabilities``)."""
 """A zero-shot probability is read as a feature as ``log(max(p, floor))`` (answers are rounded
 to 4 decimals, so 0 means below this)."""
 
@@ -143,6 +150,24 @@ class TaughtReadout:
     uses_zero_shot: bool = False
     """Features: the hidden state, then (when set) each answer's zero-shot log-probability
     from the same decode, in ``answers`` order."""
+    reads: str = READS_HIDDEN
+    lexical: LexicalReadout | None = None
+    """The lexical readout, in ``answers`` order (``reads`` lexical or both)."""
+
+    def answer_probabilities(self, hidden: Sequence[float], zero_shot: dict[str, float],
+                             state: Any) -> list[float]:
+        """The answers' probabilities in ``answers`` order, read as ``reads`` says: from the
+        hidden state (and the zero-shot answer), from the state's terms, or both (the
+        normalised geometric mean of the two)."""
+        if self.reads == READS_HIDDEN or self.lexical is None:
+            return self.probabilities(self.features(hidden, zero_shot))
+        lexical = _softmax(self.lexical.logits(state))
+        if self.reads == READS_LEXICAL:
+            return lexical
+        from_hidden = self.probabilities(self.features(hidden, zero_shot))
+        return _softmax([0.5 * (math.log(max(first, PROBABILITY_FLOOR))
+                                + math.log(max(second, PROBABILITY_FLOOR)))
+                         for first, second in zip(from_hidden, lexical, strict=True)])
 
     def features(self, hidden: Sequence[float], zero_shot: dict[str, float]) -> list[float]:
         """What the readout reads: the hidden state, and the zero-shot answer's
@@ -163,19 +188,16 @@ class TaughtReadout:
             cumulative = [0.0, *below, 1.0]
             return [max(cumulative[j + 1] - cumulative[j], 0.0)
                     for j in range(len(self.answers))]
-        logits = [math.fsum(w * v for w, v in zip(row, z)) + bias
-                  for row, bias in zip(self.weights, self.bias)]
-        top = max(logits)
-        weights = [math.exp(value - top) for value in logits]
-        total = math.fsum(weights)
-        return [weight / total for weight in weights]
+        return _softmax([math.fsum(w * v for w, v in zip(row, z)) + bias
+                         for row, bias in zip(self.weights, self.bias)])
 
     def to_json(self) -> dict[str, Any]:
         return {"version": READOUT_VERSION, "kind": self.kind, "answers": list(self.answers),
                 "mean": list(self.mean), "scale": list(self.scale),
                 "weights": [list(row) for row in self.weights], "bias": list(self.bias),
                 "thresholds": list(self.thresholds), "model_identity": self.model_identity,
-                "uses_zero_shot": self.uses_zero_shot}
+                "uses_zero_shot": self.uses_zero_shot, "reads": self.reads,
+                **({"lexical": self.lexical.to_json()} if self.lexical is not None else {})}
 
     @classmethod
     def from_json(cls, taught_id: str, raw: dict[str, Any]) -> TaughtReadout:
@@ -184,7 +206,17 @@ class TaughtReadout:
                    weights=tuple(tuple(row) for row in raw["weights"]),
                    bias=tuple(raw.get("bias", ())), thresholds=tuple(raw.get("thresholds", ())),
                    model_identity=raw.get("model_identity", ""),
-                   uses_zero_shot=bool(raw.get("uses_zero_shot", False)))
+                   uses_zero_shot=bool(raw.get("uses_zero_shot", False)),
+                   reads=raw.get("reads", READS_HIDDEN),
+                   lexical=(LexicalReadout.from_json(raw["lexical"]) if raw.get("lexical")
+                            else None))
+
+
+def _softmax(logits: Sequence[float]) -> list[float]:
+    top = max(logits)
+    weights = [math.exp(value - top) for value in logits]
+    total = math.fsum(weights)
+    return [weight / total for weight in weights]
 
 
 def zero_shot_feature(probability: float) -> float:

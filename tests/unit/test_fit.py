@@ -8,7 +8,8 @@ import pytest
 
 from decide.llm.hidden import HiddenProjection, HiddenStateUnavailable
 from decide.teach import fit
-from decide.teach.fit import fit_readout, folds_of, scores
+from decide.teach.fit import fit_readout, scores
+from decide.teach.regression import folds_of
 
 
 def separable(n_per: int = 12, k: int = 3, d: int = 16, seed: int = 3):

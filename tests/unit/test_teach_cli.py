@@ -99,6 +99,20 @@ def test_the_gate_is_printed_plainly():
     assert "NOT USED: answers stay zero-shot: because" in render_fit(NOUL, "ready", fit, None)
 
 
+def test_what_the_readout_reads_is_printed():
+    fit = {"examples_per_answer": {"yes": 3, "no": 3}, "examples": 6, "folds": 5,
+           "readout": "softmax", "penalty": 1.0, "fit_ms": 10.0,
+           "taught": {"accuracy": 0.5, "ece": 0.1, "log_loss": 0.7}}
+    assert "reads the hidden state, softmax, penalty 1.0)" in render_fit(NOUL, "ready", fit,
+                                                                          None)
+    words = {**fit, "reads": "lexical", "lexical_terms": 812, "lexical_penalty": 0.01}
+    assert "reads 812 terms of the state, penalty 0.01)" in render_fit(NOUL, "ready", words,
+                                                                        None)
+    both = {**words, "reads": "both"}
+    assert ("reads the hidden state, softmax, penalty 1.0, and 812 terms of the state"
+            in render_fit(NOUL, "ready", both, None))
+
+
 def test_a_refusal_of_the_service_names_the_file_and_line_before_anything_is_taught(
         tmp_path, monkeypatch, capsys):
     """``decide teach --url``: every question goes through ``POST /v1/questions/check``

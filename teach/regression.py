@@ -1,0 +1,213 @@
+"""The regression under every taught readout: a regularised softmax (or, for score levels, an
+ordinal cumulative logit) over standardised features, its L2 penalty chosen by
+cross-validation on folds made from the examples' order.
+
+Everything here is deterministic: folds are assigned by each answer's examples in order, the
+optimiser starts from fixed values and runs in double precision, so the same examples give
+the same weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+
+import numpy as np
+
+from decide.core.taught import ORDINAL, SOFTMAX, TaughtReadout
+
+PENALTIES = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
+"""The L2 penalties tried (on the mean log-loss, over standardised features). Up to 1000: with
+a few dozen examples of 640 features, the second held-out set's tool calls and severity chose
+30 to 1000 and lifted its served accuracy from 0.458 to 0.549; the project's own set chose as
+before (EVALUATION.md, "What was tried")."""
+FOLDS = 5
+MIN_SCALE = 1e-6
+MAX_ITERATIONS = 500
+
+BETWEEN_FITS: ContextVar[Callable[[], None] | None] = ContextVar("between_fits", default=None)
+"""Called before each of a fit's model fits (``decide.teach.fit.fit_readout``'s ``between``)."""
+
+
+def between_fits() -> None:
+    """Run what a fit's caller asked for before each model fit (``fit_readout``'s
+    ``between``)."""
+    between = BETWEEN_FITS.get()
+    if between is not None:
+        between()
+
+
+def losses(probabilities: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return -np.log(np.clip(probabilities[np.arange(len(y)), y], 1e-12, 1.0))
+
+
+def log_loss(probabilities: np.ndarray, y: np.ndarray) -> float:
+    return float(-np.log(np.clip(probabilities[np.arange(len(y)), y], 1e-12, 1.0)).mean())
+
+
+def fold_count(y: np.ndarray) -> int:
+    return int(min(FOLDS, len(y)))
+
+
+def folds_of(y: np.ndarray) -> np.ndarray:
+    """Each example's fold: an answer's examples, in order, go round the folds in turn
+    (starting where the previous answer stopped, so small answers spread)."""
+    count = fold_count(y)
+    fold = np.zeros(len(y), dtype=np.int64)
+    offset = 0
+    for answer in np.unique(y):
+        members = np.flatnonzero(y == answer)
+        fold[members] = (offset + np.arange(len(members))) % count
+        offset += len(members)
+    return fold
+
+
+def cross_validated(x: np.ndarray, y: np.ndarray, k: int, *, ordinal: bool,
+                    penalty: float) -> np.ndarray:
+    """Out-of-fold probabilities under one penalty."""
+    fold = folds_of(y)
+    found = np.zeros((len(y), k))
+    for held in range(fold_count(y)):
+        train = fold != held
+        model = Model.fit(x[train], y[train], k, ordinal=ordinal, penalty=penalty)
+        found[~train] = model.predict(x[~train])
+    return found
+
+
+def choose_penalty(x: np.ndarray, y: np.ndarray, k: int, *,
+                   ordinal: bool) -> tuple[float, np.ndarray]:
+    """The penalty with the lowest cross-validated log-loss (the larger on a tie), and its
+    out-of-fold probabilities."""
+    best: tuple[float, float, np.ndarray] | None = None
+    for penalty in PENALTIES:
+        found = cross_validated(x, y, k, ordinal=ordinal, penalty=penalty)
+        loss = log_loss(found, y)
+        if best is None or loss <= best[0] + 1e-12:
+            best = (loss, penalty, found)
+    assert best is not None
+    return best[1], best[2]
+
+
+class Model:
+    """One fitted readout in standardised coordinates."""
+
+    def __init__(self, mean: np.ndarray, scale: np.ndarray, weights: np.ndarray,
+                 bias: np.ndarray, thresholds: np.ndarray, ordinal: bool) -> None:
+        self.mean, self.scale = mean, scale
+        self.weights, self.bias, self.thresholds = weights, bias, thresholds
+        self.ordinal = ordinal
+
+    @classmethod
+    def fit(cls, x: np.ndarray, y: np.ndarray, k: int, *, ordinal: bool,
+            penalty: float) -> Model:
+        between_fits()
+        mean = x.mean(axis=0)
+        scale = np.maximum(x.std(axis=0), MIN_SCALE)
+        z = (x - mean) / scale
+        if ordinal:
+            weights, thresholds = _fit_ordinal(z, y, k, penalty)
+            return cls(mean, scale, weights[None, :], np.zeros(0), thresholds, True)
+        weights, bias = fit_softmax(z, y, k, penalty)
+        return cls(mean, scale, weights, bias, np.zeros(0), False)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        z = (x - self.mean) / self.scale
+        if self.ordinal:
+            return _ordinal_probabilities(z @ self.weights[0], self.thresholds)
+        return softmax(z @ self.weights.T + self.bias)
+
+    def readout(self, taught_id: str, answers: Sequence[str],
+                model_identity: str) -> TaughtReadout:
+        return TaughtReadout(
+            id=taught_id, kind=ORDINAL if self.ordinal else SOFTMAX, answers=tuple(answers),
+            mean=tuple(map(float, self.mean)), scale=tuple(map(float, self.scale)),
+            weights=tuple(tuple(map(float, row)) for row in self.weights),
+            bias=tuple(map(float, self.bias)), thresholds=tuple(map(float, self.thresholds)),
+            model_identity=model_identity)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    weights = np.exp(shifted)
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def fit_softmax(z: np.ndarray, y: np.ndarray, k: int,
+                 penalty: float) -> tuple[np.ndarray, np.ndarray]:
+    n, d = z.shape
+    targets = np.zeros((n, k))
+    targets[np.arange(n), y] = 1.0
+
+    def loss(params: np.ndarray) -> tuple[float, np.ndarray]:
+        weights = params[:k * d].reshape(k, d)
+        bias = params[k * d:]
+        logits = z @ weights.T + bias
+        top = logits.max(axis=1, keepdims=True)
+        log_norm = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+        value = float((log_norm - logits[np.arange(n), y]).mean()
+                      + 0.5 * penalty * (weights ** 2).sum())
+        difference = (softmax(logits) - targets) / n
+        gradient = np.concatenate([(difference.T @ z + penalty * weights).ravel(),
+                                   difference.sum(axis=0)])
+        return value, gradient
+
+    from scipy.optimize import minimize  # half a second of imports, paid by a fit only
+
+    result = minimize(loss, np.zeros(k * d + k), jac=True, method="L-BFGS-B",
+                      options={"maxiter": MAX_ITERATIONS})
+    return result.x[:k * d].reshape(k, d), result.x[k * d:]
+
+
+def _sigmoid(values: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * values))
+
+
+def _thresholds(raw: np.ndarray) -> np.ndarray:
+    """Increasing thresholds from unconstrained parameters: the first, then positive steps."""
+    return np.cumsum(np.concatenate([raw[:1], np.exp(raw[1:])]))
+
+
+def _ordinal_probabilities(score: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    below = _sigmoid(thresholds[None, :] - score[:, None])
+    n = len(score)
+    cumulative = np.concatenate([np.zeros((n, 1)), below, np.ones((n, 1))], axis=1)
+    return np.maximum(np.diff(cumulative, axis=1), 0.0)
+
+
+def _fit_ordinal(z: np.ndarray, y: np.ndarray, k: int,
+                 penalty: float) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative logits: ``P(y ≤ j) = σ(θ_j − w·z)``, θ increasing."""
+    n, d = z.shape
+    shares = np.array([(y <= j).mean() for j in range(k - 1)])
+    start = np.log(np.clip(shares, 0.02, 0.98) / (1 - np.clip(shares, 0.02, 0.98)))
+    start = np.maximum.accumulate(start + np.arange(k - 1) * 1e-3)
+    start_raw = np.concatenate([start[:1], np.log(np.maximum(np.diff(start), 1e-3))])
+    def loss(params: np.ndarray) -> tuple[float, np.ndarray]:
+        weights, raw = params[:d], params[d:]
+        thresholds = _thresholds(raw)
+        score = z @ weights
+        upper_t = np.concatenate([thresholds, [np.inf]])[y]
+        lower_t = np.concatenate([[-np.inf], thresholds])[y]
+        upper = _sigmoid(upper_t - score)
+        lower = _sigmoid(lower_t - score)
+        p = np.maximum(upper - lower, 1e-15)
+        density_upper = np.where(np.isfinite(upper_t), upper * (1 - upper), 0.0)
+        density_lower = np.where(np.isfinite(lower_t), lower * (1 - lower), 0.0)
+        value = float(-np.log(p).mean() + 0.5 * penalty * (weights ** 2).sum())
+        d_score = (density_upper - density_lower) / p / n
+        grad_weights = z.T @ d_score + penalty * weights
+        grad_thresholds = np.zeros(k - 1)
+        has_upper = y < k - 1
+        np.add.at(grad_thresholds, y[has_upper], -(density_upper / p / n)[has_upper])
+        has_lower = y > 0
+        np.add.at(grad_thresholds, y[has_lower] - 1, (density_lower / p / n)[has_lower])
+        # θ_j = raw_0 + Σ_{m≤j, m≥1} exp(raw_m): dθ_j/draw_m = 1 (m = 0), exp(raw_m) (1 ≤ m ≤ j)
+        tail = np.cumsum(grad_thresholds[::-1])[::-1]
+        grad_raw = np.concatenate([[tail[0]], tail[1:] * np.exp(raw[1:])])
+        return value, np.concatenate([grad_weights, grad_raw])
+
+    from scipy.optimize import minimize
+
+    result = minimize(loss, np.concatenate([np.zeros(d), start_raw]), jac=True,
+                      method="L-BFGS-B", options={"maxiter": MAX_ITERATIONS})
+    return result.x[:d], _thresholds(result.x[d:])
