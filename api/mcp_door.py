@@ -1,11 +1,12 @@
 """``/mcp``: the MCP tools over streamable HTTP on the front door, behind the API keys.
 
 A call without a valid key is answered 401 before the MCP session manager sees it, in the
-shape of every other 401. A keyed call's body is read here, bounded as every route's is
-(``api.body.read_raw``: over ``MAX_BODY_BYTES``, declared or streamed, is the same 413
-``request_too_large``), and handed to the manager as read, with the SDK's own cap (4 MiB by
-default) raised to the same bound. Only POST reaches the manager: stateless, it has no
-stream a GET could open nor a session a DELETE could end, so both are 405s. The tools act
+shape of every other 401 and as a JSON-RPC error an MCP client shows. A keyed call's body is
+read here, bounded as every route's is (``api.body.read_raw``: over ``MAX_BODY_BYTES``,
+declared or streamed, is the same 413 ``request_too_large``), and handed to the manager as
+read, with the SDK's own cap (4 MiB by default) raised to the same bound. Only POST reaches
+the manager: stateless, it has no stream a GET could open nor a session a DELETE could end,
+so both are 405s. The tools act
 as the key's owner through the routes' own functions (``accept``, ``wait_finished``,
 ``owned_job``), so a job a tool creates belongs to that key and is read, listed and billed
 like one created over ``POST /v1/jobs``.
@@ -227,11 +228,22 @@ class McpDoor:
         await manager.handle_request(scope, replaying(body, receive), send)
 
 
+JSONRPC_CODES = {401: -32001, 413: -32600}
+"""The JSON-RPC error code of a refusal by its status (-32001, a server-defined code, for a
+missing or wrong key), else -32603, an internal error."""
+
+
 def _refusal(status: int, error_type: str, message: str,
              headers: dict[str, str] | None = None) -> JSONResponse:
-    """An error answer in the shape of every route's (``api.errors``)."""
+    """An error answer in the shape of every route's (``api.errors``), which is also a
+    JSON-RPC error (``id`` null: the call's body is not read): an MCP client shows its
+    message (the SDK's own client said only "Server returned an error response" to a wrong
+    key, issue 35, item 9)."""
+    detail = {"error_type": error_type, "message": message}
     return JSONResponse(status_code=status, headers=headers, content={
-        "detail": {"error_type": error_type, "message": message}})
+        "detail": detail, "jsonrpc": "2.0", "id": None,
+        "error": {"code": JSONRPC_CODES.get(status, -32603),
+                  "message": f"{error_type}: {message}", "data": detail}})
 
 
 def replaying(body: bytes, receive: Receive) -> Receive:

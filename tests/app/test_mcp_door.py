@@ -43,6 +43,9 @@ def test_an_unkeyed_or_wrongly_keyed_call_is_refused(front_door):
         assert refused.status_code == 401
         assert refused.json()["detail"]["error_type"] == "authentication_error"
         assert refused.headers["www-authenticate"] == "Bearer"
+        error = refused.json()["error"]  # a JSON-RPC error too, which MCP clients show
+        assert refused.json()["jsonrpc"] == "2.0" and error["code"] == -32001
+        assert error["message"].startswith("authentication_error: ")
 
 
 def test_a_keyed_call_lists_the_tools_with_the_wire_schemas(front_door):
@@ -194,8 +197,9 @@ def test_a_body_declared_over_the_cap_is_the_413_of_every_route(front_door):
                for path in ("/mcp", "/v1/systemone")]
     for refused in answers:
         assert refused.status_code == 413, refused.text
-    assert answers[0].json() == answers[1].json()
+    assert answers[0].json()["detail"] == answers[1].json()["detail"]
     assert answers[0].json()["detail"]["error_type"] == "request_too_large"
+    assert answers[0].json()["error"]["message"].startswith("request_too_large: ")
 
 
 def test_a_streamed_body_is_refused_once_it_passes_the_cap(front_door):
