@@ -18,7 +18,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import lru_cache
 from itertools import pairwise
 from typing import Any
 
@@ -34,8 +34,10 @@ def state_text(state: Any) -> str:
     return json.dumps(state, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
+@lru_cache(maxsize=64)
 def term_counts(text: str) -> Counter[str]:
-    """Every term of ``text`` with its count, named with its group's prefix."""
+    """Every term of ``text`` with its count, named with its group's prefix (kept for the
+    last texts: a request's taught questions read the same state; never change the answer)."""
     words = WORD.findall(text.lower())
     counts: Counter[str] = Counter(f"w:{word}" for word in words)
     counts.update(f"w:{first} {second}" for first, second in pairwise(words))
@@ -48,17 +50,18 @@ def term_counts(text: str) -> Counter[str]:
 
 
 def weighted(counts: Mapping[str, int], idf: Mapping[str, float]) -> dict[str, float]:
-    """The known terms' TF-IDF weights, each group scaled to unit length."""
-    values = {term: (1.0 + math.log(count)) * idf[term]
-              for term, count in counts.items() if term in idf}
-    for prefix in GROUPS:
-        norm = math.sqrt(math.fsum(value * value for term, value in values.items()
-                                   if term.startswith(prefix)))
-        if norm > 0:
-            for term in values:
-                if term.startswith(prefix):
-                    values[term] /= norm
-    return values
+    """The known terms' TF-IDF weights, each group scaled to unit length (in ``counts``'s
+    order)."""
+    values: dict[str, float] = {}
+    squares = dict.fromkeys(GROUPS, 0.0)
+    for term, count in counts.items():
+        frequency = idf.get(term)
+        if frequency is not None:
+            value = (1.0 + math.log(count)) * frequency
+            values[term] = value
+            squares[term[:2]] += value * value
+    norms = {prefix: math.sqrt(total) or 1.0 for prefix, total in squares.items()}
+    return {term: value / norms[term[:2]] for term, value in values.items()}
 
 
 def inverse_frequencies(documents: Iterable[Counter[str]]) -> dict[str, float]:
@@ -71,6 +74,13 @@ def inverse_frequencies(documents: Iterable[Counter[str]]) -> dict[str, float]:
         count += 1
     return {term: math.log((1 + count) / (1 + df)) + 1.0
             for term, df in sorted(frequency.items())}
+
+
+@lru_cache(maxsize=32)
+def _columns(terms: str) -> dict[str, int]:
+    """Each term's column (a readout's terms, one per line), kept for the last readouts: a
+    readout crosses to the runner with every request, as a new object each time."""
+    return {term: index for index, term in enumerate(terms.split("\n"))}
 
 
 @dataclass(frozen=True)
@@ -93,20 +103,16 @@ class LexicalReadout:
                    weights=array("d", [value for row in weights for value in row]),
                    bias=tuple(map(float, bias)))
 
-    @cached_property
-    def _columns(self) -> dict[str, int]:
-        return {term: index for index, term in enumerate(self.terms.split("\n"))}
-
     def logits(self, state: Any) -> list[float]:
         """Its logits for ``state``: the state's weighted terms against each answer's weights
-        (terms it never saw count nothing), summed in term order."""
-        columns = self._columns
+        (terms it never saw count nothing), summed in the order the state holds them."""
+        columns = _columns(self.terms)
         counts = {term: count for term, count in term_counts(state_text(state)).items()
                   if term in columns}
         idf = {term: self.idf[columns[term]] for term in counts}
         width = len(self.idf)
         logits = list(self.bias)
-        for term, value in sorted(weighted(counts, idf).items()):
+        for term, value in weighted(counts, idf).items():
             index = columns[term]
             for answer in range(len(logits)):
                 logits[answer] += self.weights[answer * width + index] * value
