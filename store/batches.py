@@ -13,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from decide.store import counts
 from decide.store.clock import read_database_now
 from decide.store.ids import new_id
+from decide.store.job_life import OWNER, move
 from decide.store.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, STATUSES
 from decide.store.quota import Admit, Charge, batch_item_bytes
 from decide.store.tables import batches, jobs
@@ -200,9 +201,9 @@ def cancel_batch(db: Engine, batch_id: str, owner: str) -> Cancelling:
                                                  batches.c.owner == owner, unfinished)
                            .values(cancel_requested=True))
         queued = connection.execute(
-            update(jobs).where(jobs.c.batch_id == batch_id, jobs.c.owner == owner,
-                               jobs.c.status == QUEUED)
-            .values(status=CANCELLED, finished_at=now, cancel_requested=True)).rowcount
+            move(QUEUED, CANCELLED, OWNER).where(jobs.c.batch_id == batch_id,
+                                                 jobs.c.owner == owner)
+            .values(finished_at=now, cancel_requested=True)).rowcount
         running = connection.execute(
             update(jobs).where(jobs.c.batch_id == batch_id, jobs.c.owner == owner,
                                jobs.c.status == RUNNING)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import Connection, Engine, select
 
 from decide.store.clock import database_now
+from decide.store.job_life import WORKER, move
 from decide.store.job_reads import get_job
 from decide.store.jobs import (
     CANCELLED,
@@ -53,8 +54,8 @@ def _claim(db: Engine, job_id: str, worker_id: str | None) -> JobRecord | None:
     with db.connect() as connection:
         connection = connection.execution_options(isolation_level="AUTOCOMMIT")
         row = connection.execute(
-            update(jobs).where(jobs.c.id == job_id, jobs.c.status == QUEUED)
-            .values(status=RUNNING, started_at=database_now(db), worker_id=worker_id,
+            move(QUEUED, RUNNING, WORKER).where(jobs.c.id == job_id)
+            .values(started_at=database_now(db), worker_id=worker_id,
                     decode_runs=jobs.c.decode_runs + 1)
             .returning(*jobs.c)).first()
     return None if row is None else job_record(row)
@@ -87,14 +88,15 @@ def while_held(job_id: str, worker_id: str | None, attempt: int | None) -> tuple
     return where
 
 
-def end_if_cancel_requested(connection: Connection, where: tuple[Any, ...]) -> list[str]:
+def end_if_cancel_requested(connection: Connection, where: tuple[Any, ...],
+                            by: str) -> list[str]:
     """Running jobs (matching ``where``) whose owner asked to cancel them end ``cancelled``,
     in the caller's transaction; their ids. Called before a running job goes back to the
     queue: the cancel was sent to its worker, which is gone or gave it up, so no other
     worker would ever hear of it and the job would be decoded, and billed, after all."""
     return list(connection.execute(
-        update(jobs).where(*where, jobs.c.cancel_requested.is_(True))
-        .values(status=CANCELLED, finished_at=database_now(connection))
+        move(RUNNING, CANCELLED, by).where(*where, jobs.c.cancel_requested.is_(True))
+        .values(finished_at=database_now(connection))
         .returning(jobs.c.id)).scalars().all())
 
 
@@ -107,10 +109,10 @@ def unclaim(db: Engine, job_id: str, *, worker_id: str | None = None,
 
     def release() -> bool:
         with db.begin() as connection:
-            if end_if_cancel_requested(connection, where):
+            if end_if_cancel_requested(connection, where, WORKER):
                 return True
-            return connection.execute(update(jobs).where(*where).values(
-                status=QUEUED, started_at=None, worker_id=None, sent_at=None,
+            return connection.execute(move(RUNNING, QUEUED, WORKER).where(*where).values(
+                started_at=None, worker_id=None, sent_at=None,
                 decode_runs=jobs.c.decode_runs - 1)).rowcount == 1
 
     return again_if_disconnected(release)
@@ -131,13 +133,12 @@ def _finish(db: Engine, job: JobRecord, status: str, result: dict[str, Any] | No
             error: dict[str, Any] | None, decode_ms: float | None,
             input_tokens: int | None) -> bool:
     assert status in FINISHED
-    values: dict[str, Any] = {"status": status, "result": json_text(result),
-                              "error": json_text(error), "finished_at": database_now(db),
-                              "decode_ms": decode_ms}
+    values: dict[str, Any] = {"result": json_text(result), "error": json_text(error),
+                              "finished_at": database_now(db), "decode_ms": decode_ms}
     if input_tokens is not None:
         values["input_tokens"] = input_tokens
-    finishing = update(jobs).where(jobs.c.id == job.id, jobs.c.status == RUNNING,
-                                   jobs.c.decode_runs == job.decode_runs).values(**values)
+    finishing = move(RUNNING, status, WORKER).where(
+        jobs.c.id == job.id, jobs.c.decode_runs == job.decode_runs).values(**values)
     if status != SUCCEEDED:
         with db.connect() as connection:
             connection = connection.execution_options(isolation_level="AUTOCOMMIT")

@@ -1,5 +1,6 @@
 """A job as the store keeps it: its states and kinds, its record, and the columns read for
-callers. The transitions live by job: ``store.submission`` (a caller's side),
+callers. The changes of status allowed are declared in ``store.job_life``, the only module
+that writes one (``move``); they are made by job: ``store.submission`` (a caller's side),
 ``store.job_reads``, ``store.job_claims`` (a worker's side), ``store.delivery_book`` (the
 messages sent), ``store.recovery`` (decodes that ended without a finish) and
 ``store.retention``. Every change of state is one conditional UPDATE, so a job that two

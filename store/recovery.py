@@ -8,10 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import Connection, Engine, select
 
 from decide.store.clock import database_now
 from decide.store.job_claims import end_if_cancel_requested, while_held
+from decide.store.job_life import RECOVERY, move
 from decide.store.jobs import CANCELLED, FAILED, QUEUED, RUNNING, json_text
 from decide.store.reconnect import again_if_disconnected
 from decide.store.tables import jobs, workers
@@ -77,9 +78,8 @@ def _vanished(max_attempts: int, cause: str) -> _GivingUp:
 def _requeue(connection: Connection, where: tuple[Any, ...], giving_up: _GivingUp) -> int:
     """Running jobs below their limit go back to the queue, to be sent (and claimed) again."""
     return connection.execute(
-        update(jobs).where(*where, giving_up.count < giving_up.limit)
-        .values(status=QUEUED, started_at=None, worker_id=None, sent_at=None,
-                **giving_up.adds)).rowcount
+        move(RUNNING, QUEUED, RECOVERY).where(*where, giving_up.count < giving_up.limit)
+        .values(started_at=None, worker_id=None, sent_at=None, **giving_up.adds)).rowcount
 
 
 def _give_up(connection: Connection, where: tuple[Any, ...], giving_up: _GivingUp) -> list[str]:
@@ -90,8 +90,8 @@ def _give_up(connection: Connection, where: tuple[Any, ...], giving_up: _GivingU
     failed: list[str] = []
     for count in reached:
         failed += connection.execute(
-            update(jobs).where(*where, giving_up.count == count)
-            .values(status=FAILED, error=json_text(giving_up.error(count)),
+            move(RUNNING, FAILED, RECOVERY).where(*where, giving_up.count == count)
+            .values(error=json_text(giving_up.error(count)),
                     finished_at=database_now(connection), **giving_up.adds)
             .returning(jobs.c.id)).scalars().all()
     return failed
@@ -115,7 +115,7 @@ def _settle_crashed(db: Engine, where: tuple[Any, ...], giving_up: _GivingUp) ->
     itself, so a job is never re-queued past the limit even when ``where`` reads differently
     between the statements (a worker beating in between)."""
     with db.begin() as connection:
-        cancelled = end_if_cancel_requested(connection, where)
+        cancelled = end_if_cancel_requested(connection, where, RECOVERY)
         failed = _give_up(connection, where, giving_up)
         return Settled(_requeue(connection, where, giving_up), failed, cancelled)
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from sqlalchemy import ColumnElement, Engine, Exists, select, update
+from sqlalchemy import ColumnElement, Engine, Exists, select
 
 from decide.store import counts
 from decide.store.clock import database_now, read_database_now
+from decide.store.job_life import RETENTION, move
 from decide.store.jobs import EXPIRED, FINISHED, QUEUED
 from decide.store.outbox import PENDING
 from decide.store.tables import batches, jobs, webhook_events
@@ -41,8 +42,8 @@ def apply_retention(db: Engine, cutoff: float,
     priority, count)`` is told, once committed, of the jobs that expired (they finished)."""
     with db.begin() as connection:
         expired = connection.execute(
-            update(jobs).where(jobs.c.status == QUEUED, jobs.c.created_at < cutoff)
-            .values(status=EXPIRED, finished_at=database_now(db))
+            move(QUEUED, EXPIRED, RETENTION).where(jobs.c.created_at < cutoff)
+            .values(finished_at=database_now(db))
             .returning(jobs.c.model, jobs.c.priority)).all()
         purged = connection.execute(jobs.delete().where(
             jobs.c.status.in_(FINISHED), jobs.c.finished_at < cutoff,

@@ -10,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 
 from decide.store.clock import database_now
 from decide.store.ids import new_id
+from decide.store.job_life import OWNER, move
 from decide.store.job_reads import find_by_idempotency_key, get_job
 from decide.store.jobs import (
     CANCELLED,
@@ -103,9 +104,8 @@ def cancel_unwaited(db: Engine, job_id: str) -> bool:
     caller went away, so decoding it would be work nobody reads (and billed)."""
     with db.begin() as connection:
         return connection.execute(
-            update(jobs).where(jobs.c.id == job_id, jobs.c.status == QUEUED,
-                               jobs.c.sync_waiters == 0)
-            .values(status=CANCELLED, finished_at=database_now(db), cancel_requested=True)
+            move(QUEUED, CANCELLED, OWNER).where(jobs.c.id == job_id, jobs.c.sync_waiters == 0)
+            .values(finished_at=database_now(db), cancel_requested=True)
         ).rowcount == 1
 
 
@@ -114,9 +114,8 @@ def cancel_job(db: Engine, job_id: str, owner: str) -> JobRecord | None:
     now = database_now(db)
     with db.begin() as connection:
         connection.execute(
-            update(jobs).where(jobs.c.id == job_id, jobs.c.owner == owner,
-                               jobs.c.status == QUEUED)
-            .values(status=CANCELLED, finished_at=now, cancel_requested=True))
+            move(QUEUED, CANCELLED, OWNER).where(jobs.c.id == job_id, jobs.c.owner == owner)
+            .values(finished_at=now, cancel_requested=True))
         connection.execute(
             update(jobs).where(jobs.c.id == job_id, jobs.c.owner == owner,
                                jobs.c.status == RUNNING)

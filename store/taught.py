@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 
 from decide.store.clock import database_now, read_database_now
 from decide.store.ids import new_id
+from decide.store.job_life import OWNER, move
 from decide.store.jobs import (
     CANCELLED,
     FIT,
@@ -190,9 +191,8 @@ def delete_taught(db: Engine, taught_id: str, owner: str) -> Deleted | None:
         connection.execute(delete(taught_questions).where(taught_questions.c.id == taught_id))
         if not row.job_id:
             return Deleted(row.model, None, None)
-        if connection.execute(update(jobs).where(jobs.c.id == row.job_id,
-                                                 jobs.c.status == QUEUED)
-                              .values(status=CANCELLED, finished_at=database_now(db),
+        if connection.execute(move(QUEUED, CANCELLED, OWNER).where(jobs.c.id == row.job_id)
+                              .values(finished_at=database_now(db),
                                       cancel_requested=True)).rowcount:
             return Deleted(row.model, row.job_id, "cancelled")
         if connection.execute(update(jobs).where(jobs.c.id == row.job_id,

@@ -91,6 +91,12 @@ def test_a_fit_reports_its_figures(taught):
     for readout in ("taught", "zero_shot"):
         assert 0 <= fit[readout]["accuracy"] <= 1 and 0 <= fit[readout]["ece"] <= 1
     assert fit["hidden_size"] == 640 and fit["folds"] == 5
+    # what it reads, chosen by cross-validation among the hidden state, the words, or both
+    assert set(fit["reads_log_loss"]) == {"hidden", "lexical", "both"}
+    assert fit["reads_log_loss"][fit["reads"]] == min(fit["reads_log_loss"].values())
+    assert fit["lexical_terms"] > 100 and fit["lexical_penalty"] > 0
+    assert fit["taught"]["log_loss"] == pytest.approx(fit["reads_log_loss"][fit["reads"]],
+                                                      abs=1e-3)
     assert fit["fit_ms"] > 0 and fit["seconds"] > 0
     assert [point["examples"] for point in fit["learning_curve"]] == [5, 10]
     assert taught["question"] == SAFETY

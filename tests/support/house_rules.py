@@ -105,3 +105,40 @@ def import_cycles(layout: Path) -> list[list[str]]:
         if module not in index:
             visit(module)
     return cycles
+
+
+JOB_LIFE = "decide.store.job_life"
+"""The one module that writes a job's status (issue 37, item 1)."""
+
+
+def _updates_jobs(node: ast.AST) -> bool:
+    """Whether a call chain starts from ``update(jobs)`` (``update(jobs).where(...)...``)."""
+    while isinstance(node, ast.Call | ast.Attribute):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "update" and node.args
+                and isinstance(node.args[0], ast.Name) and node.args[0].id == "jobs"):
+            return True
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return False
+
+
+def _writes_status(call: ast.Call) -> bool:
+    keys = [keyword.arg for keyword in call.keywords]
+    spread = [keyword.value for keyword in call.keywords if keyword.arg is None]
+    named = [key.value for value in [*call.args, *spread] if isinstance(value, ast.Dict)
+             for key in value.keys if isinstance(key, ast.Constant)]
+    return "status" in keys or "status" in named
+
+
+def status_writes(layout: Path) -> list[str]:
+    """``module:line`` of each ``update(jobs)...values(status=...)`` outside ``JOB_LIFE``."""
+    found = []
+    for name, path in modules(layout).items():
+        if name == JOB_LIFE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "values" and _updates_jobs(node.func.value)
+                    and _writes_status(node)):
+                found.append(f"{name}:{node.lineno}")
+    return found

@@ -15,6 +15,7 @@ from tests.support.house_rules import (
     import_cycles,
     long_functions,
     long_modules,
+    status_writes,
 )
 from tests.support.lint_imports import ROOT, lay_out
 
@@ -44,6 +45,24 @@ def test_no_function_is_over_60_lines(tree):
 
 def test_no_modules_import_one_another_in_a_circle(tree):
     assert import_cycles(tree) == []
+
+
+def test_only_the_job_life_module_writes_a_jobs_status(tree):
+    """Issue 37, item 1: every change of ``jobs.status`` goes through ``store.job_life.move``,
+    which refuses a change its table does not declare."""
+    assert status_writes(tree) == []
+
+
+def test_a_status_written_elsewhere_is_named(tmp_path):
+    write(tmp_path, "decide.store.sneaky",
+          "def f(db):\n"
+          "    db.execute(update(jobs).where(jobs.c.id == 1).values(status='running'))\n"
+          "    db.execute(update(jobs).values(**{'status': 'failed'}))\n"
+          "    db.execute(update(jobs).values(cancel_requested=True))\n"
+          "    db.execute(update(other).values(status='x'))\n")
+    write(tmp_path, "decide.store.job_life",
+          "def move():\n    return update(jobs).values(status='queued')\n")
+    assert status_writes(tmp_path) == ["decide.store.sneaky:2", "decide.store.sneaky:3"]
 
 
 def test_the_contracts_ignore_no_import_and_grant_no_exception():

@@ -1,0 +1,78 @@
+"""A job's life in one place (issue 37, item 1): every change of a job's status the service
+makes, declared once (from, to, who makes it, when), and the one way to write one.
+
+``move(source, target, by)`` is the start of every UPDATE that changes ``jobs.status``: it
+refuses a change the table does not declare, and the caller adds which jobs
+(``.where``) and what else changes with it (``.values``), one conditional statement as before.
+A house rule (``tests/unit/test_house_rules.py``) refuses a status written anywhere else; a
+new job is inserted ``queued`` (``NEW``) by ``store.submission``, ``store.batches`` and
+``store.taught``.
+
+    queued ──a worker claims it──▶ running ──its worker finishes it──▶ succeeded | failed |
+      │                              │                                 cancelled
+      ├──its owner cancels──▶ cancelled   ├──its worker gives it back, or recovery re-queues
+      └──retention──▶ expired             │  it (its decode crashed, its worker vanished,
+                                          │  its process stopped)──▶ queued
+                                          ├──recovery gives up on it──▶ failed
+                                          └──a cancel asked before it went back──▶ cancelled
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Update, update
+
+from decide.store.jobs import CANCELLED, EXPIRED, FAILED, QUEUED, RUNNING, SUCCEEDED
+from decide.store.tables import jobs
+
+NEW = QUEUED
+"""The status a job is stored with."""
+WORKER, OWNER, RECOVERY, RETENTION = "worker", "owner", "recovery", "retention"
+"""Who makes a change: the worker that holds the job; its owner (through the API: a cancel,
+a sync caller gone, a taught question deleted); recovery (``store.recovery``: of a decode
+that crashed, by its worker; of a worker that vanished, by the delivery leader; of a process
+that stopped, at its start); retention."""
+
+
+@dataclass(frozen=True)
+class Change:
+    source: str
+    target: str
+    by: str
+    when: str
+
+
+CHANGES = (
+    Change(QUEUED, RUNNING, WORKER, "it claims the job (store.job_claims.claim_job)"),
+    Change(RUNNING, SUCCEEDED, WORKER, "it finishes the job under its claim (finish_job)"),
+    Change(RUNNING, FAILED, WORKER, "its decode failed, or it could not store the result"),
+    Change(RUNNING, CANCELLED, WORKER, "it stopped between rows on its owner's cancel, or "
+           "it gives back a claim its owner asked to cancel (unclaim)"),
+    Change(RUNNING, QUEUED, WORKER, "it had no runner ready: the claim is given back "
+           "(unclaim)"),
+    Change(RUNNING, CANCELLED, RECOVERY, "a decode ended without a finish, and the owner "
+           "asked to cancel meanwhile (end_if_cancel_requested)"),
+    Change(RUNNING, QUEUED, RECOVERY, "a decode ended without a finish (its decode crashed, "
+           "its worker vanished, its process stopped), below the limit"),
+    Change(RUNNING, FAILED, RECOVERY, "the same, at the limit"),
+    Change(QUEUED, CANCELLED, OWNER, "a cancel (a job, a batch, a taught question's fit), "
+           "or a sync call's caller gone before it started"),
+    Change(QUEUED, EXPIRED, RETENTION, "it waited past the retention (store.retention)"),
+)
+DECLARED = frozenset((change.source, change.target, change.by) for change in CHANGES)
+
+
+class UndeclaredChange(ValueError):
+    """A change of status nobody declared in ``CHANGES``."""
+
+
+def move(source: str, target: str, by: str) -> Update:
+    """``UPDATE jobs SET status = target WHERE status = source``, for the caller to narrow
+    (``.where``) and extend (``.values``); ``UndeclaredChange`` when ``CHANGES`` does not
+    declare it for ``by``."""
+    if (source, target, by) not in DECLARED:
+        raise UndeclaredChange(f"a job's status may not go from {source} to {target} by the "
+                               f"{by} (store.job_life.CHANGES)")
+    return update(jobs).where(jobs.c.status == source).values(status=target)
+

@@ -1,0 +1,40 @@
+"""A job's life declared once (``store.job_life``, issue 37, item 1): ``move`` writes only a
+declared change, and the declaration covers every status a job can reach."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.dialects import sqlite
+
+from decide.store import job_life
+from decide.store.jobs import CANCELLED, EXPIRED, FAILED, QUEUED, RUNNING, STATUSES, SUCCEEDED
+
+
+def test_a_declared_change_is_one_conditional_update():
+    statement = job_life.move(QUEUED, RUNNING, job_life.WORKER).where(
+        job_life.jobs.c.id == "job_1").values(worker_id="w")
+    sql = str(statement.compile(dialect=sqlite.dialect(),
+                                compile_kwargs={"literal_binds": True}))
+    assert "SET status='running'" in sql and "worker_id='w'" in sql
+    assert "WHERE jobs.status = 'queued' AND jobs.id = 'job_1'" in sql
+
+
+@pytest.mark.parametrize(("source", "target", "by"), [
+    (SUCCEEDED, QUEUED, job_life.WORKER),  # a finished job stays finished
+    (QUEUED, SUCCEEDED, job_life.WORKER),  # never finished unclaimed
+    (RUNNING, EXPIRED, job_life.RETENTION),  # retention expires only what waits
+    (QUEUED, RUNNING, job_life.OWNER),  # an owner claims nothing
+    (RUNNING, CANCELLED, job_life.OWNER),  # a running job is asked to stop, by its worker
+])
+def test_an_undeclared_change_is_refused(source, target, by):
+    with pytest.raises(job_life.UndeclaredChange, match=f"from {source} to {target}"):
+        job_life.move(source, target, by)
+
+
+def test_every_status_is_reached_and_every_end_is_final():
+    reached = {job_life.NEW} | {change.target for change in job_life.CHANGES}
+    assert reached == set(STATUSES)
+    left = {change.source for change in job_life.CHANGES}
+    assert left == {QUEUED, RUNNING}  # nothing leaves succeeded, failed, cancelled, expired
+    assert {change.target for change in job_life.CHANGES if change.by == job_life.WORKER
+            and change.source == RUNNING} == {SUCCEEDED, FAILED, CANCELLED, QUEUED}
