@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from decide.core.engine import Decision
 from decide.core.protocol import DecisionRequest
 from decide.runner.crashes import describe_exit
 from decide.runner.probe import ProbeFailed
+from decide.runner.process_limits import hold_transfers_at_most, killed
 from decide.runner.secrets import runner_environment, runner_settings
 from decide.runner.variants import Variant, candidates, host_flags, record_proof
 
@@ -255,8 +255,21 @@ class Runner:
         assert self._connection is not None
         try:
             self._connection.send(message)
-        except OSError:
-            self._crashed()
+        except OSError as error:
+            self._transfer_failed(error)
+
+    def _transfer_failed(self, error: OSError | EOFError) -> None:
+        """A send or a read of the runner failed: the crash path. One that ran out of time
+        (``hold_transfers_at_most``) has a live runner that stopped reading or writing: it is
+        killed at once, as a hung one is, rather than waited on to die by itself."""
+        if isinstance(error, BlockingIOError | TimeoutError):
+            log.error("decoding runner %s stopped reading or writing mid-transfer: taken as "
+                      "hung and killed", self.pid)
+            if self._process is not None and self._process.poll() is None:
+                self._process.kill()
+            self._crashed("the decoding runner stopped reading or writing mid-transfer (hung) "
+                          "and was killed")
+        self._crashed()
 
     def _receive(self, bound: float | None = None) -> tuple:
         """The runner's next message; with ``bound``, a runner silent for that long is taken as
@@ -272,8 +285,8 @@ class Runner:
                 finally:
                     self._waiting = None
             return self._connection.recv()
-        except (EOFError, OSError):
-            self._crashed()
+        except (EOFError, OSError) as error:
+            self._transfer_failed(error)
             raise AssertionError("unreachable") from None
 
     @property
@@ -333,39 +346,15 @@ class Runner:
             if self._connection is not None and self.state == READY:
                 try:
                     self._connection.send(("quit",))
-                    self._process.wait(timeout=10)  # type: ignore[union-attr]
+                    self._process.wait(timeout=QUIT_WAIT_SECONDS)  # type: ignore[union-attr]
                 except (OSError, subprocess.TimeoutExpired):
                     pass
             self._reap()
             self.state, self.problem = FAILED, "the runner was stopped"
 
 
-def hold_transfers_at_most(connection: socket.socket, seconds: float) -> None:
-    """A send to the runner, or the rest of a message it began, blocks at most ``seconds``
-    (``SO_SNDTIMEO``, ``SO_RCVTIMEO``): a runner that stopped reading (frozen while idle) with
-    a request larger than the socket's buffer, or froze between a long message's header and
-    its body, fails the transfer (an OSError: the crash path, which kills it) instead of
-    holding the worker for ever. Waiting for a message to begin is bounded apart (``poll``)."""
-    whole = int(seconds)
-    limit = struct.pack("ll", whole, int((seconds - whole) * 1_000_000))
-    for option in (socket.SO_SNDTIMEO, socket.SO_RCVTIMEO):
-        connection.setsockopt(socket.SOL_SOCKET, option, limit)
-
-
-KILL_WAIT_SECONDS = 5.0
-
-
-def killed(process: subprocess.Popen) -> int | None:
-    """Kill ``process`` and return its exit status; None when it has not died within
-    ``KILL_WAIT_SECONDS`` (stuck in the kernel: a driver call, a stalled read of a mapped
-    model file). It is left behind, reaped by Python later, and the worker goes on."""
-    process.kill()
-    try:
-        return process.wait(timeout=KILL_WAIT_SECONDS)
-    except subprocess.TimeoutExpired:
-        log.error("decoding runner %s did not die within %.0f s of SIGKILL; left behind",
-                  process.pid, KILL_WAIT_SECONDS)
-        return None
+QUIT_WAIT_SECONDS = 10.0
+"""How long ``Runner.stop`` waits for a ready runner to quit when asked, before killing it."""
 
 
 STALL_SECONDS_PER_BYTE = 0.002

@@ -16,7 +16,7 @@ import pytest
 
 from decide.config.settings import Settings
 from decide.core.protocol import parse_request
-from decide.runner import client
+from decide.runner import client, process_limits
 from decide.runner.client import FAILED, STARTING, Runner, RunnerCrashed
 from decide.runner.variants import Variant
 
@@ -31,10 +31,12 @@ def stand_in_runner(tmp_path: Path, script: str, **settings: float) -> Iterator[
     runner = Runner(Settings(data_dir=tmp_path / "data", **settings),
                     argv=[sys.executable, "-c", script], builds=[Variant("installed", None)])
     runner.start()
+    quit_wait, client.QUIT_WAIT_SECONDS = client.QUIT_WAIT_SECONDS, 0.2  # they never quit
     try:
         yield runner
     finally:
         runner.stop()
+        client.QUIT_WAIT_SECONDS = quit_wait
 
 
 def test_a_start_that_hangs_is_killed_at_its_timeout_and_counted_failed(tmp_path):
@@ -73,9 +75,9 @@ class Unkillable:
 
 
 def test_a_runner_that_does_not_die_of_sigkill_is_left_behind(monkeypatch):
-    monkeypatch.setattr(client, "KILL_WAIT_SECONDS", 0.1)
+    monkeypatch.setattr(process_limits, "KILL_WAIT_SECONDS", 0.1)
     stuck = Unkillable()
-    assert client.killed(stuck) is None and stuck.killed
+    assert process_limits.killed(stuck) is None and stuck.killed
 
 
 FROZEN_AFTER_READY = """
