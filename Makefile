@@ -44,7 +44,7 @@ test: lint
 # The in-process tiers alone (tests/unit and tests/app, pytest's `unit` and `app` markers):
 # seconds, for while you work.
 unit: install
-	$(PY) -m pytest tests/unit tests/app -q
+	$(PY) -m pytest tests/unit tests/app -q -n 2
 
 bench: install
 	$(PY) benchmarks/engine.py

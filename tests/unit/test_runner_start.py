@@ -40,14 +40,14 @@ def stand_in_runner(tmp_path: Path, script: str, **settings: float) -> Iterator[
 
 
 def test_a_start_that_hangs_is_killed_at_its_timeout_and_counted_failed(tmp_path):
-    with stand_in_runner(tmp_path, SILENT, runner_start_seconds=2) as runner:
+    with stand_in_runner(tmp_path, SILENT, runner_start_seconds=1) as runner:
         process = runner._process
         assert runner.wait_ready(0.5) is False and runner.state == STARTING
         started = time.monotonic()
         while runner.state == STARTING and time.monotonic() - started < 30:
             runner.wait_ready(0.5)
         assert runner.state == FAILED
-        assert "within 2 s (hung) and was killed" in runner.problem
+        assert "within 1 s (hung) and was killed" in runner.problem
         assert "next try in" in runner.problem  # the back-off restart takes over
         assert process.poll() is not None  # killed, not left loading
 
@@ -92,14 +92,14 @@ time.sleep(60)
 
 
 def test_a_large_request_to_a_runner_that_stopped_reading_takes_the_crash_path(tmp_path):
-    with stand_in_runner(tmp_path, FROZEN_AFTER_READY, stall_seconds=1) as runner:
+    with stand_in_runner(tmp_path, FROZEN_AFTER_READY, stall_seconds=0.3) as runner:
         assert runner.wait_ready(30)
         request = parse_request({"state": "x" * 2_000_000,  # far above the socket's buffer
                                  "questions": {"r": {"type": "noul", "instructions": "?"}}})
         started = time.monotonic()
         with pytest.raises(RunnerCrashed):
             runner.decide("m", request)
-        assert time.monotonic() - started < 20  # the send's 1 s, not the runner's 60 s
+        assert time.monotonic() - started < 20  # the send's 0.3 s, not the runner's 60 s
 
 
 HALF_AN_ANSWER = """
@@ -117,19 +117,19 @@ time.sleep(60)
 
 
 def test_a_runner_frozen_in_the_middle_of_an_answer_takes_the_crash_path(tmp_path):
-    with stand_in_runner(tmp_path, HALF_AN_ANSWER, stall_seconds=1) as runner:
+    with stand_in_runner(tmp_path, HALF_AN_ANSWER, stall_seconds=0.3) as runner:
         assert runner.wait_ready(30)
         request = parse_request({"state": "s",
                                  "questions": {"r": {"type": "noul", "instructions": "?"}}})
         started = time.monotonic()
         with pytest.raises(RunnerCrashed):
             runner.decide("m", request)
-        assert time.monotonic() - started < 20  # the read's 1 s, not the runner's 60 s
+        assert time.monotonic() - started < 20  # the read's 0.3 s, not the runner's 60 s
 
 
 def test_a_ready_answer_nobody_waited_for_counts_past_the_start_timeout(tmp_path):
     """A runner that answered ready while nobody waited (an idle worker after a crash) is
     ready when next asked, however late: not killed as a start that hung."""
-    with stand_in_runner(tmp_path, FROZEN_AFTER_READY, runner_start_seconds=1) as runner:
-        time.sleep(2)  # past the start timeout, its answer unread
+    with stand_in_runner(tmp_path, FROZEN_AFTER_READY, runner_start_seconds=0.5) as runner:
+        time.sleep(1.0)  # past the start timeout, its answer unread
         assert runner.wait_ready(0.5), runner.problem
