@@ -23,6 +23,7 @@ from decide.core.protocol import DecisionRequest, parse_request
 from decide.runner.client import RunnerCrashed, RunnerUnavailable
 from decide.store import job_claims, job_reads, jobs, recovery
 from decide.store.db import DATABASE_AWAY, Database
+from decide.worker.row_guard import Cancelled, Stopped, Superseded, row_guard
 from decide.worker.teaching import TaughtReadouts, run_fit
 
 log = logging.getLogger("decide.worker")
@@ -138,21 +139,8 @@ class CancelledJobs:
         return job_id in self._ids
 
 
-class Cancelled(Exception):
-    """The job was cancelled while it ran; it stops before its next row."""
-
-
-class Superseded(Exception):
-    """The job was re-queued since this claim (this worker looked dead): stop, store nothing."""
-
-
 class Leaving(Exception):
     """The worker stops while the database is away: the job is left running, unfinished."""
-
-
-class Stopped(Exception):
-    """The worker stops between two rows of the job (``stopping``): the job goes back to the
-    queue as it was, no attempt counted, for this worker's next start or another worker."""
 
 
 def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
@@ -186,8 +174,8 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
     if job is None:
         return None
     try:
-        before_row = _row_guard(job, db, yield_to_foreground, cancelled, pacing.cancel_check,
-                                stopping)
+        before_row = row_guard(job, db, yield_to_foreground, cancelled, pacing.cancel_check,
+                               stopping, share_seconds=FOREGROUND_SHARE_SECONDS)
         return _decode_claimed(job, db=db, engine_for=engine_for, on_finished=on_finished,
                                before_row=before_row, write=write)
     except Stopped:
@@ -263,47 +251,6 @@ def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: st
         if job.batch_id is None:
             _announce(on_finished, job.id)
     return status
-
-
-def _row_guard(job: jobs.JobRecord, db: Database,
-               yield_to_foreground: Callable[[str | None], None] | None,
-               cancelled: CancelledJobs | None, cancel_check: float,
-               stopping: threading.Event | None = None) -> Callable[[], None]:
-    """What the decode asks before each row: foreground work first (a background job), or other
-    keys' foreground work after each ``FOREGROUND_SHARE_SECONDS`` of its own decoding (a
-    foreground job: one key's long request never holds another key's sync calls), then
-    whether the job was cancelled or superseded; the database is read at most every
-    ``cancel_check`` seconds."""
-    last_check = own_since = time.monotonic()
-
-    def before_row() -> None:
-        nonlocal last_check, own_since
-        if stopping is not None and stopping.is_set():
-            raise Stopped
-        if yield_to_foreground is not None:
-            if job.priority == "background":
-                yield_to_foreground(None)
-            elif time.monotonic() - own_since >= FOREGROUND_SHARE_SECONDS:
-                yield_to_foreground(job.owner)  # other keys' sync calls get their turn
-                own_since = time.monotonic()
-        if cancelled is not None and job.id in cancelled:
-            raise Cancelled
-        now = time.monotonic()
-        if now - last_check < cancel_check:
-            return
-        last_check = now
-        try:
-            standing = job_claims.claim_standing(db, job)
-        except DATABASE_AWAY as error:  # asked again a second later
-            log.warning("job %s: cannot read its claim's standing (%s)", job.id,
-                        type(error).__name__)
-            return
-        if standing == job_claims.STOP_CANCELLED:
-            raise Cancelled
-        if standing == job_claims.STOP_SUPERSEDED:
-            raise Superseded
-
-    return before_row
 
 
 def _decode(job: jobs.JobRecord, db: Database, engine_for: Callable[[str], Decider],

@@ -1,4 +1,4 @@
-"""Between a job's rows (``worker.execute._row_guard``): a background job lets every waiting
+"""Between a job's rows (``worker.row_guard``): a background job lets every waiting
 foreground job in before each row; a foreground job lets other keys' waiting foreground jobs
 in after each ``FOREGROUND_SHARE_SECONDS`` of its own decoding (0: before each row), and only
 other keys' (issue 35: one key's long rerank held every other key's sync call)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from decide.worker import execute
+from decide.worker import execute, row_guard
 from decide.worker.between_rows import ForegroundFirst
 
 
@@ -20,10 +20,10 @@ class Clock:
 
 
 def guard(priority: str, asked: list, clock: Clock, monkeypatch):
-    monkeypatch.setattr(execute.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(row_guard.time, "monotonic", clock.monotonic)
     job = SimpleNamespace(id="job_a", owner="key-a", priority=priority)
-    return execute._row_guard(job, db=None, yield_to_foreground=asked.append, cancelled=None,
-                              cancel_check=1e9)
+    return row_guard.row_guard(job, db=None, yield_to_foreground=asked.append, cancelled=None,
+                               cancel_check=1e9, share_seconds=execute.FOREGROUND_SHARE_SECONDS)
 
 
 def test_a_background_job_yields_to_every_key_before_each_row(monkeypatch):
