@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from decide import metrics
 from decide.api.context import ApiContext
 from decide.api.errors import invalid
+from decide.api.intake import Intake, Stored, take_in
+from decide.api.quotas import Admission
 from decide.api.submit import check_lane, checked_metadata, checked_priority, request_hash
 from decide.api.taught import resolve_taught
 from decide.api.webhook_fields import webhook_url, with_signing_secret
@@ -89,14 +90,17 @@ def _accept_new(ctx: ApiContext, owner: str, body: dict[str, Any],
     url = webhook_url(ctx, body.get("x_webhook"))
     questions = resolve_taught(ctx, owner=owner, model=config.name,
                                questions=template.questions, stored_questions=body["questions"])
-    (batch, job_ids), secret = with_signing_secret(ctx, owner, url, lambda: batches.create_batch(
-        ctx.db, owner=owner, model=config.name, priority=priority, questions=questions,
-        metadata=metadata, items=items, rows_per_item=rows,
-        admit=ctx.quotas.admission(owner, priority, rows * len(items)), webhook_url=url,
-        idempotency_key=idempotency_key, request_hash=fingerprint))
-    metrics.jobs_submitted.labels(config.name, priority).inc(len(job_ids))
-    ctx.backlog.add(config.name, priority, rows * len(items))
-    ctx.queue.batch_stored(job_ids, config.name, priority, owner)
+
+    def store(admission: Admission | None) -> Stored[tuple[batches.BatchRecord, list[str]]]:
+        batch, job_ids = batches.create_batch(
+            ctx.db, owner=owner, model=config.name, priority=priority, questions=questions,
+            metadata=metadata, items=items, rows_per_item=rows, admit=admission,
+            webhook_url=url, idempotency_key=idempotency_key, request_hash=fingerprint)
+        return Stored((batch, job_ids), job_ids)
+
+    intake = Intake(owner, config.name, priority, rows * len(items), batch=True)
+    (batch, job_ids), secret = with_signing_secret(
+        ctx, owner, url, lambda: take_in(ctx, intake, store)[0])
     return AcceptedBatch(batch=batch, job_ids=job_ids, webhook_secret=secret)
 
 

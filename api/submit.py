@@ -1,4 +1,5 @@
-"""Accepting a decision: validate, plan rows, check limits, store the job, send its id.
+"""Accepting a decision: validate, plan rows, check limits, then the job taken in
+(``api.intake``: admitted, stored, counted and sent).
 
 Everything that can refuse a request happens before the job exists, so a bad request never
 reaches the database or a worker.
@@ -11,12 +12,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from decide import metrics
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError, invalid
+from decide.api.intake import Intake, Stored, take_in
 from decide.api.quotas import (
     MAX_RETRY_SECONDS,
     ONE_REQUEST_ROWS,
+    Admission,
     RateState,
     fits,
     retry_after_draining,
@@ -98,26 +100,27 @@ def accept(ctx: ApiContext, *, owner: str, body: dict[str, Any], priority: str,
                                                within=SHARE_SYNC_SECONDS)
         if joined is not None:
             return Accepted(job=joined, created=False)
-    admission = None
-    if idempotency_key is None or job_reads.find_by_idempotency_key(
-            ctx.db, owner=owner, key=idempotency_key) is None:
+    new = idempotency_key is None or job_reads.find_by_idempotency_key(
+        ctx.db, owner=owner, key=idempotency_key) is None
+    if new:
         check_lane(ctx, config.name, priority, plan.row_total)
-        admission = ctx.quotas.admission(owner, priority, plan.row_total)
-    try:
+
+    def store(admission: Admission | None) -> Stored[tuple[jobs.JobRecord, bool]]:
         job, created = submission.create_job(
             ctx.db, owner=owner, model=config.name, priority=priority, request=kept,
             metadata=metadata, rows=plan.row_total, input_tokens=plan.input_tokens,
             idempotency_key=idempotency_key, request_hash=fingerprint,
             sync_waiters=1 if sync_call else 0, admit=admission, notify=notify,
             webhook_url=webhook_url)
+        return Stored((job, created), [job.id] if created else [])
+
+    try:
+        (job, created), admission = take_in(
+            ctx, Intake(owner, config.name, priority, plan.row_total), store, admit=new)
     except submission.IdempotencyConflict as conflict:
         raise invalid("header", ["Idempotency-Key"],
                       f"this Idempotency-Key was used for job {conflict} with another body; "
                       "use a new key for a new request", "idempotency_conflict") from conflict
-    if created:
-        metrics.jobs_submitted.labels(job.model, priority).inc()
-        ctx.backlog.add(job.model, priority, job.rows)
-        ctx.queue.send(job.id, job.model, priority, owner)
     rate = admission.rate if admission is not None and created else None
     return Accepted(job=job, created=created, rate=rate)
 

@@ -9,9 +9,10 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from decide import metrics
 from decide.api.context import ApiContext
 from decide.api.errors import invalid, not_found
+from decide.api.intake import Intake, Stored, take_in
+from decide.api.quotas import Admission
 from decide.api.submit import check_lane, owned_job
 from decide.api.taught import (
     check_examples,
@@ -92,14 +93,16 @@ def teach(ctx: ApiContext, owner: str, body: Any) -> taught_store.TaughtRecord:
     """A new taught question (its next version, where the question was taught before) and its
     fit job in the background lane, every field checked (a 422 names it)."""
     new = checked_teaching(ctx, owner, body)
-    record, job = taught_store.create_taught(
-        ctx.db, owner=owner, model=new.model, match_key=new.match_key, question=new.question,
-        examples=new.examples, from_labels=new.from_labels, use=new.use, rows=new.rows,
-        input_tokens=new.input_tokens, example_count=len(new.examples) + new.labelled,
-        admit=ctx.quotas.admission(owner, PRIORITY, new.rows))
-    metrics.jobs_submitted.labels(job.model, PRIORITY).inc()
-    ctx.backlog.add(job.model, PRIORITY, job.rows)
-    ctx.queue.send(job.id, job.model, PRIORITY, owner)
+
+    def store(admission: Admission | None) -> Stored[taught_store.TaughtRecord]:
+        record, job = taught_store.create_taught(
+            ctx.db, owner=owner, model=new.model, match_key=new.match_key,
+            question=new.question, examples=new.examples, from_labels=new.from_labels,
+            use=new.use, rows=new.rows, input_tokens=new.input_tokens,
+            example_count=len(new.examples) + new.labelled, admit=admission)
+        return Stored(record, [job.id])
+
+    record, _ = take_in(ctx, Intake(owner, new.model, PRIORITY, new.rows), store)
     return record
 
 

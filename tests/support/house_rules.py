@@ -142,3 +142,22 @@ def status_writes(layout: Path) -> list[str]:
                     and _writes_status(node)):
                 found.append(f"{name}:{node.lineno}")
     return found
+
+
+INTAKE = "decide.api.intake"
+"""The one module that counts, backlogs and sends new work (issue 37, item 2)."""
+SENDS_NEW_WORK = ("jobs_submitted", ".backlog.add(", ".queue.send(", ".queue.batch_stored(",
+                  ".quotas.admission(")
+
+
+def new_work_outside_intake(layout: Path) -> list[str]:
+    """``module:line`` of each admission, count, backlog or send of new work outside
+    ``INTAKE`` (``metrics`` declares the counter)."""
+    found = []
+    for name, path in modules(layout).items():
+        if name in (INTAKE, "decide.metrics"):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if any(pattern in line for pattern in SENDS_NEW_WORK):
+                found.append(f"{name}:{number}")
+    return found

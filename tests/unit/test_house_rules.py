@@ -15,6 +15,7 @@ from tests.support.house_rules import (
     import_cycles,
     long_functions,
     long_modules,
+    new_work_outside_intake,
     status_writes,
 )
 from tests.support.lint_imports import ROOT, lay_out
@@ -63,6 +64,17 @@ def test_a_status_written_elsewhere_is_named(tmp_path):
     write(tmp_path, "decide.store.job_life",
           "def move():\n    return update(jobs).values(status='queued')\n")
     assert status_writes(tmp_path) == ["decide.store.sneaky:2", "decide.store.sneaky:3"]
+
+
+def test_only_the_intake_admits_counts_and_sends_new_work(tree):
+    """Issue 37, item 2: every door's new work goes through ``api.intake.take_in``."""
+    assert new_work_outside_intake(tree) == []
+
+
+def test_new_work_sent_elsewhere_is_named(tmp_path):
+    write(tmp_path, "decide.api.door", "def f(ctx):\n    x = 1\n    ctx.queue.send(1)\n")
+    write(tmp_path, "decide.api.intake", "def take_in(ctx):\n    ctx.queue.send(1)\n")
+    assert new_work_outside_intake(tmp_path) == ["decide.api.door:3"]
 
 
 def test_the_contracts_ignore_no_import_and_grant_no_exception():
