@@ -187,7 +187,11 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[5, 10, 20, 40])
     parser.add_argument("--penalties", type=float, nargs="+",
                         help="the hidden readout's penalties tried (default: the service's)")
+    parser.add_argument("--gate-standard-errors", type=float,
+                        help="the gate's margin in standard errors (default: the service's)")
     args = parser.parse_args()
+    if args.gate_standard_errors is not None:
+        fit_module.GATE_STANDARD_ERRORS = args.gate_standard_errors
     if args.penalties:
         regression.PENALTIES = tuple(args.penalties)
     train, test = items_of(args.set)
@@ -203,8 +207,10 @@ def main() -> None:
         READS.clear()
     penalties = (" --penalties " + " ".join(f"{p:g}" for p in args.penalties)
                  if args.penalties else "")
+    gate = (f" --gate-standard-errors {args.gate_standard_errors:g}"
+            if args.gate_standard_errors is not None else "")
     print(f"command: .venv/bin/python benchmarks/readout_lab.py --set {args.set} --sizes "
-          f"{' '.join(map(str, args.sizes))}{penalties}")
+          f"{' '.join(map(str, args.sizes))}{penalties}{gate}")
 
 
 if __name__ == "__main__":
