@@ -34,23 +34,39 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def test_a_worker_whose_runner_cannot_start_again_is_not_ready(cluster_factory, tmp_path,
-                                                               settings):
-    from decide.llm.catalog import DEFAULT_GGUF, DEFAULT_MODEL, install_embedded_default
+def with_own_model(cluster_factory, tmp_path, settings):
+    """A cluster whose worker loads a copy of the embedded default in a data directory of its
+    own, and the API: (the cluster, its worker, the copy)."""
+    from decide.llm.catalog import DEFAULT_GGUF, install_embedded_default
 
     data = tmp_path / "data"
-    copy = data / "models" / DEFAULT_GGUF  # the embedded default, in a data directory of its own
+    copy = data / "models" / DEFAULT_GGUF
     copy.parent.mkdir(parents=True)
     shutil.copyfile(install_embedded_default(settings.data_dir), copy)
     cluster = cluster_factory(DECIDE_DATA_DIR=str(data))
     worker = cluster.start_worker()
     cluster.start_api()
+    return cluster, worker, copy
+
+
+def break_runner(worker, copy: Path) -> bytes:
+    """The model file truncated so it can no longer load, then the worker's runner killed;
+    the file's whole bytes, to put back."""
+    whole = copy.read_bytes()
+    copy.write_bytes(whole[:4096])
+    (runner,) = children(worker.pid)
+    os.kill(runner, signal.SIGKILL)
+    return whole
+
+
+def test_a_worker_whose_runner_cannot_start_again_is_not_ready(cluster_factory, tmp_path,
+                                                               settings):
+    from decide.llm.catalog import DEFAULT_MODEL
+
+    cluster, worker, copy = with_own_model(cluster_factory, tmp_path, settings)
     with cluster.client() as client:
         assert client.get("/ready").status_code == 200
-        whole = copy.read_bytes()
-        copy.write_bytes(whole[:4096])  # the model can no longer load
-        (runner,) = children(worker.pid)
-        os.kill(runner, signal.SIGKILL)
+        whole = break_runner(worker, copy)
 
         def refused() -> str | None:
             answer = client.get("/ready")
@@ -76,20 +92,9 @@ def test_a_worker_whose_runner_is_broken_stops_at_once_and_its_job_stays_queued(
     and the job, never claimed, is done by the next worker."""
     import time
 
-    from decide.llm.catalog import DEFAULT_GGUF, install_embedded_default
-
-    data = tmp_path / "data"
-    copy = data / "models" / DEFAULT_GGUF
-    copy.parent.mkdir(parents=True)
-    shutil.copyfile(install_embedded_default(settings.data_dir), copy)
-    cluster = cluster_factory(DECIDE_DATA_DIR=str(data))
-    worker = cluster.start_worker()
-    cluster.start_api()
+    cluster, worker, copy = with_own_model(cluster_factory, tmp_path, settings)
     with cluster.client() as client:
-        whole = copy.read_bytes()
-        copy.write_bytes(whole[:4096])
-        (runner,) = children(worker.pid)
-        os.kill(runner, signal.SIGKILL)
+        whole = break_runner(worker, copy)
         wait_until(lambda: client.get("/ready").status_code == 503, 60,
                    what="/ready to refuse the worker")
         job = client.post("/v1/jobs", json={"state": "s", "questions": {
