@@ -23,8 +23,8 @@ from decide.llm.packing import Item, OptionTrie, round_items, split_row
 
 ROUND_TOKENS = 4096
 """Tokens decoded per round at most (a single row beyond it makes a round of its own): each
-round asks ``before_row`` for its rows first, so a foreground request waits at most one round
-(on a GPU a few milliseconds; on a CPU, where this plan is only a setting, a few seconds)."""
+round asks ``before_row`` for its rows first, and the outermost read between its batches too
+(``llm.context_levels``), so a foreground request waits at most one batch."""
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ class BatchedReading:
     def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...]) -> None: ...
     def _hidden_state(self, logits: np.ndarray) -> list[float]: ...
     def _run(self, context: LlamaContext, count: int, where: str) -> None: ...
+    def _between_batches(self, before_row: Callable[[], None] | None
+                         ) -> Callable[[], None] | None: ...
 
     def _batched_labels(self) -> LlamaContext:
         """The batched plan's context for label rows: on a CPU many sequences without flash
@@ -54,18 +56,23 @@ class BatchedReading:
         return self._multi_labels
 
     def _decode_batches(self, context: LlamaContext, batches: Sequence[Batch], *, used: int,
-                        start: int, on_output: Callable[[int, Item, np.ndarray], None]) -> None:
+                        start: int, on_output: Callable[[int, Item, np.ndarray], None],
+                        between: Callable[[], None] | None = None) -> None:
         """Decode a round's batches in sequences 1..``used``, each copied from the prefix's
         (sequence 0, ``start`` tokens); ``on_output(index, item, logits)`` for every item whose
-        logits are read (``index``: its place in the round). Pads go to the last sequence, and
-        every sequence of the round is removed again at the end."""
+        logits are read (``index``: its place in the round). ``between()`` before every batch
+        but the first: it may decode other requests, in other contexts
+        (``llm.context_levels``), or raise to stop. Pads go to the last sequence, and every
+        sequence of the round is removed again at the end."""
         padding = context.sequences - 1
         memory = context.memory
         first = 0
         try:
             for seq in range(1, 1 + used):
                 llama_cpp.llama_memory_seq_cp(memory, 0, seq, 0, start)
-            for batch in batches:
+            for number, batch in enumerate(batches):
+                if number and between is not None:
+                    between()
                 count = len(batch.items) + batch.pads
                 for index, item in enumerate(batch.items):
                     context.tokens[index] = item.token
@@ -145,4 +152,4 @@ class BatchedReading:
             batches = [Batch(chunk, 0, tuple(item.output for item in chunk))
                        for chunk in cut(round_.items, context.batch_size)]
             self._decode_batches(context, batches, used=round_.used, start=len(prefix),
-                                 on_output=read)
+                                 on_output=read, between=self._between_batches(before_row))

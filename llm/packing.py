@@ -73,9 +73,9 @@ round of its own, alone over the prefix in one batch (``round_batches``; chunks 
 context's batch size beyond it): cheaper per token on a CPU than in 48-token batches, and as
 much its own as a packed piece."""
 ROUND_TOKENS = 8 * UBATCH
-"""Tokens decoded per round (its rows asked ``before_row`` first): a background round keeps a
-foreground request waiting at most about a second on two cores (1.3 s for a round of option
-tokens, each read through the 262,144-wide output head of the embedded default)."""
+"""Tokens decoded per round (its rows asked ``before_row`` first). The outermost read also
+asks ``before_row`` between a round's batches (``llm.context_levels``), so another request
+waits for one batch (at most ``UBATCH`` tokens, or one chunk of a long piece), not a round."""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,10 @@ position 0, alone; a request over the same state skips it.
 By the exact plans a row's numbers therefore depend only on (prefix, row): never on the other
 rows of the request, their order, or earlier requests.
 
+Between rows, and in the outermost read between the batches of a round too, the job's
+``before_row`` may decode other requests; those go to a second set of contexts
+(``llm.context_levels``), so a round goes on with the same bits after them.
+
 Label rows and packed option rows use two llama.cpp contexts, each made on first use (a model
 serves one readout, so it holds one): packing needs flash attention and many sequences, while
 label rows are faster without flash attention on CPU (BENCHMARKS.md). The sliding-window layers
@@ -40,6 +44,7 @@ import numpy as np
 
 from decide.core.rows import Row
 from decide.llm.batched_reading import OPTION_SEQUENCES, SPARE_CELLS, BatchedReading
+from decide.llm.context_levels import ContextLevels, LevelledContexts
 from decide.llm.gguf import GgufModel
 from decide.llm.hidden import HiddenProjection
 from decide.llm.llama_context import DecodeError, LlamaContext
@@ -63,7 +68,7 @@ DEFAULT_BATCH = 512
 log = logging.getLogger("decide.worker")
 
 
-class LlamaReader(BatchedReading):
+class LlamaReader(LevelledContexts, BatchedReading):
     """The engine's ``RowReader`` over a loaded model's llama.cpp contexts."""
 
     def __init__(self, model: GgufModel, *, context_size: int, threads: int | None = None,
@@ -85,13 +90,8 @@ class LlamaReader(BatchedReading):
         self._packing_checked = False
         self._grouped_outputs = self.packed and output_rows_grouped(
             model.path, x86_64=platform.machine().lower() in ("x86_64", "amd64"))
-        self._single: LlamaContext | None = None
-        self._multi: LlamaContext | None = None
-        self._multi_labels: LlamaContext | None = None
-        self._piece: tuple[int, ...] | None = None
-        """The question piece cached after the prefix (unpacked option rows), if any."""
-        self._piece_next: LogSoftmax | None = None
-        """The log-softmax at the piece's last token: each option's first token."""
+        self._levels = ContextLevels()
+        """The contexts, a set per level of nesting (``llm.context_levels``)."""
         self.tokens_decoded = 0
         """Tokens of prefixes and rows fed to llama.cpp since load (prefixes reused from the
         cache not counted, padding neither)."""
@@ -101,27 +101,35 @@ class LlamaReader(BatchedReading):
 
     def _labels(self) -> LlamaContext:
         """The one-sequence context: label rows, and option rows on a GPU."""
-        if self._single is None:
+        level = self._levels.current
+        if level.single is None:
             # Measured on CPU: flash attention makes the short suffix batches about 25% slower
             # and the 512-token prompt batches no faster (see BENCHMARKS.md).
-            self._single = LlamaContext(self.model, cells=self.context_size, threads=self.threads,
-                                    batch_size=self.batch_size, sequences=1,
-                                    flash_attention=False if self.gpu_offload == 0 else None)
-        return self._single
+            level.single = LlamaContext(self.model, cells=self.context_size,
+                                        threads=self.threads, batch_size=self.batch_size,
+                                        sequences=1,
+                                        flash_attention=False if self.gpu_offload == 0 else None)
+        return level.single
 
     def _options(self) -> LlamaContext:
         """The packed context: flash attention, many sequences (``llm.packing``)."""
-        if self._multi is None:
-            self._multi = LlamaContext(self.model, cells=self.context_size + SPARE_CELLS,
-                                   threads=self.threads, batch_size=self.batch_size,
-                                   sequences=OPTION_SEQUENCES, flash_attention=True)
-        return self._multi
+        level = self._levels.current
+        if level.multi is None:
+            level.multi = LlamaContext(self.model, cells=self.context_size + SPARE_CELLS,
+                                       threads=self.threads, batch_size=self.batch_size,
+                                       sequences=OPTION_SEQUENCES, flash_attention=True)
+        return level.multi
 
     def read(self, prefix: Sequence[int], rows: Sequence[Row],
              before_row: Callable[[], None] | None = None, *,
              hidden: dict[int, list[float]] | None = None,
              exact: bool = False) -> list[list[float]]:
-        prefix = tuple(prefix)
+        with self._levels.entered():
+            return self._read(tuple(prefix), rows, before_row, hidden, exact)
+
+    def _read(self, prefix: tuple[int, ...], rows: Sequence[Row],
+              before_row: Callable[[], None] | None, hidden: dict[int, list[float]] | None,
+              exact: bool) -> list[list[float]]:
         results: list[list[float]] = [[] for _ in rows]
         hidden = {} if hidden is None else hidden
         if self.batched and not exact:
@@ -207,10 +215,11 @@ class LlamaReader(BatchedReading):
                      results: list[list[float]],
                      before_row: Callable[[], None] | None,
                      hidden: dict[int, list[float]]) -> None:
-        """Option rows ``first``..``end`` in rounds; each round's rows ask ``before_row`` first,
-        then the round is decoded whole (another request decoded meanwhile finds the cache
-        holding a prefix only). Rows whose index is a key of ``hidden`` get the hidden state
-        at their question piece's last token."""
+        """Option rows ``first``..``end`` in rounds; each round's rows ask ``before_row`` first
+        (another request decoded meanwhile may leave the cache holding another prefix), and the
+        outermost read asks it between the round's batches too (``_between_batches``). Rows
+        whose index is a key of ``hidden`` get the hidden state at their question piece's last
+        token."""
         split = [split_row(rows[index].suffix, rows[index].continuation)
                  for index in range(first, end)]
         context = self._options()
@@ -223,17 +232,20 @@ class LlamaReader(BatchedReading):
             slots = {member: [] for member in members if first + member in hidden}
             for member, values in zip(members, self._decode_round(context, split, members,
                                                                   start=len(prefix),
-                                                                  slots=slots),
+                                                                  slots=slots,
+                                                                  between=before_row),
                                       strict=True):
                 results[first + member] = values
             for member, state in slots.items():
                 hidden[first + member] = state
 
     def _decode_round(self, context: LlamaContext, split: Rows, members: list[int], *,
-                      start: int, slots: dict[int, list[float]]) -> list[list[float]]:
+                      start: int, slots: dict[int, list[float]],
+                      between: Callable[[], None] | None = None) -> list[list[float]]:
         """The round's option log-probabilities; each member that is a key of ``slots`` gets
         the hidden state at its question piece's last token (where its option's first token is
-        read)."""
+        read). ``between``: the job's ``before_row``, asked between batches where this read
+        may (``_between_batches``)."""
         items, used = round_items(split, members, start, first_seq=1)
         found = {member: [0.0] * len(split[member][1]) for member in members}
 
@@ -247,7 +259,8 @@ class LlamaReader(BatchedReading):
         self._decode_batches(context, round_batches(items, piece=len(split[members[0]][0]),
                                                     grouped_outputs=self._grouped_outputs,
                                                     limit=context.batch_size),
-                             used=used, start=start, on_output=read)
+                             used=used, start=start, on_output=read,
+                             between=self._between_batches(between))
         return [found[member] for member in members]
 
     # Label rows, and option rows read one by one (GPU).
@@ -303,16 +316,16 @@ class LlamaReader(BatchedReading):
                 self._decode(context, piece, start=start, keep_from=len(piece) - 1,
                              on_logits=keep)
             except BaseException:  # the piece may be in the cache without its logits
-                self.forget_prefix()
+                self._levels.current.clear()
                 raise
-            self._piece, self._piece_next = piece, kept[0]
+            self._set_piece(piece, kept[0])
         assert self._piece_next is not None
         return self._piece_next
 
     def _drop_piece(self) -> None:
         """Remove the cached question piece (unpacked option rows), leaving the prefix."""
         if self._piece is not None:
-            self._piece = self._piece_next = None
+            self._set_piece(None, None)
             context = self._single
             if context is not None and context.prefix is not None:
                 llama_cpp.llama_memory_seq_rm(context.memory, 0, len(context.prefix), -1)
@@ -320,17 +333,16 @@ class LlamaReader(BatchedReading):
     # The prefix, shared by both plans.
 
     def forget_prefix(self) -> None:
-        """Drop the cached prefixes, so the next read decodes its state again."""
-        self._piece = self._piece_next = None
-        for context in (self._single, self._multi, self._multi_labels):
-            if context is not None:
-                context.clear()
+        """Drop the cached prefixes of every level, so the next read decodes its state
+        again."""
+        for level in self._levels.all():
+            level.clear()
 
     def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...]) -> None:
         if prefix == context.prefix:
             return
         if context is self._single:
-            self._piece = self._piece_next = None
+            self._set_piece(None, None)
         context.clear()
         self._decode(context, prefix, start=0)
         context.prefix = prefix
@@ -367,11 +379,11 @@ class LlamaReader(BatchedReading):
     def _run(self, context: LlamaContext, count: int, where: str) -> None:
         status = context.decode(count)
         if status != 0:
-            self.forget_prefix()
+            self._levels.current.clear()  # this read's level: an outer read's round goes on
             raise DecodeError(f"llama_decode failed with status {status} ({count} tokens "
                               f"{where})")
 
     def close(self) -> None:
-        for context in (self._single, self._multi, self._multi_labels):
-            if context is not None:
+        for level in self._levels.all():
+            for context in level.contexts():
                 context.close()

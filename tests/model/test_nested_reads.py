@@ -1,0 +1,103 @@
+"""Another request decoded in the middle of a round (``llm.context_levels``): the outermost
+read asks ``before_row`` between the batches of its rounds, whatever is decoded then goes to a
+second set of contexts, and both requests read the same bits as each read alone, by the exact
+plan and by the batched one (issue 35: one key's long request holds another key's call for one
+batch, not one round)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from decide.core.protocol import parse_request
+from decide.llm.reader import LlamaReader
+
+pytestmark = pytest.mark.model
+
+TOPICS = ["a refund", "a card", "an order number", "a delivery", "a password", "a discount",
+          "a complaint", "a second charge", "a bank", "an apology", "a deadline", "a manager"]
+OUTER = parse_request({
+    "state": "My card was charged twice for order A-104. Please refund the duplicate.",
+    "questions": {
+        **{f"mentions-{index}": {"type": "noul", "instructions": f"Does the text mention {topic}?"}
+           for index, topic in enumerate(TOPICS)},
+        "team": {"type": "choice", "instructions": "Which team owns it?",
+                 "criteria": [f"the {word} team for payments, refunds and invoices"
+                              for word in ("first", "second", "third", "fourth", "fifth",
+                                           "sixth", "seventh", "eighth", "ninth", "tenth")]},
+        "urgency": {"type": "score", "instructions": "How urgent is it?",
+                    "criteria": ["can wait", "needs an answer today", "blocks the customer"]},
+    }})
+INNER = parse_request({
+    "state": "The app crashes every time I open the settings page on Android 14.",
+    "questions": {
+        "area": {"type": "choice", "instructions": "Which area is it about?",
+                 "criteria": ["billing", "mobile app", "website", "shipping"]},
+        "bug": {"type": "noul", "instructions": "Is it a bug report?"},
+    }})
+
+
+def between_batches() -> bool:
+    """Whether ``before_row`` was called between two batches of a round (not before a row)."""
+    return sys._getframe(2).f_code.co_name == "_decode_batches"
+
+
+def nested_reading(loaded, reader: LlamaReader) -> tuple[list, list, list[list], int]:
+    """OUTER read alone, INNER read alone, then OUTER read again with INNER decoded at every
+    call of ``before_row`` between batches: (OUTER alone, OUTER with INNER nested, INNER alone
+    and every nested INNER, calls between batches)."""
+    outer, inner = loaded.engine.plan(OUTER), loaded.engine.plan(INNER)
+    reader.forget_prefix()
+    alone = reader.read(outer.prefix, outer.rows)
+    inner_alone = reader.read(inner.prefix, inner.rows)
+    nested: list[list] = []
+    calls = 0
+
+    def before_row() -> None:
+        nonlocal calls
+        if between_batches():
+            calls += 1
+            nested.append(reader.read(inner.prefix, inner.rows))
+
+    together = reader.read(outer.prefix, outer.rows, before_row)
+    return alone, together, [inner_alone, *nested], calls
+
+
+def test_a_request_decoded_between_batches_leaves_both_as_read_alone(default_engine):
+    alone, together, inner, calls = nested_reading(default_engine, default_engine.reader)
+    assert calls >= 2, "the packed rounds asked before_row between their batches too seldom"
+    assert together == alone
+    assert len(inner) >= 2 and all(read == inner[0] for read in inner[1:])
+
+
+def test_the_batched_plan_lets_others_in_between_batches_too(default_engine):
+    exact = default_engine.reader
+    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
+                         threads=exact.threads, batch_size=128, batched=True)
+    try:
+        alone, together, inner, calls = nested_reading(default_engine, reader)
+    finally:
+        reader.close()
+    assert calls >= 1, "the batched rounds never asked before_row between their batches"
+    assert together == alone
+    assert len(inner) >= 2 and all(read == inner[0] for read in inner[1:])
+
+
+def test_reads_nested_deeper_share_the_second_set_of_contexts(default_engine):
+    reader = default_engine.reader
+    levels = reader._levels
+    inner = default_engine.engine.plan(INNER)
+    sets_by_depth: dict[int, set[int]] = {}
+
+    def before_row() -> None:
+        depth = levels.depth
+        sets_by_depth.setdefault(depth, set()).add(id(levels.current))
+        if (depth == 1 and between_batches()) or (depth == 2 and len(sets_by_depth) == 2):
+            reader.read(inner.prefix, inner.rows, before_row)
+
+    outer = default_engine.engine.plan(OUTER)
+    reader.read(outer.prefix, outer.rows, before_row)
+    assert sorted(sets_by_depth) == [1, 2, 3]
+    assert sets_by_depth[2] == sets_by_depth[3] != sets_by_depth[1]
+    assert len(levels.all()) == 2
