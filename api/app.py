@@ -13,6 +13,7 @@ from decide.api.errors import install_error_handlers
 from decide.api.nul_guard import RefuseNul
 from decide.api.routes import (
     batches,
+    console,
     decisions,
     health,
     jobs,
@@ -31,7 +32,7 @@ def create_app(context: ApiContext) -> FastAPI:
     app.state.context = context
     install_error_handlers(app)
     for module in (decisions, rerank, jobs, batches, questions, usage, models, health,
-                   webhooks):
+                   webhooks, console):
         app.include_router(module.router)
     app.add_middleware(RefuseNul)
     app.add_middleware(MeasuredRequests)  # the outermost: it counts the refusals too

@@ -23,7 +23,7 @@ def pytest_collectstart(collector: pytest.Collector) -> None:
         _build_chosen = True
 
 
-TIERS = ("unit", "app", "api", "model", "store", "distributed", "ops")
+TIERS = ("unit", "app", "api", "model", "store", "distributed", "ops", "browser")
 """Each test folder is a tier, marked by its name: ``pytest -m unit`` (``make unit``) runs the
 in-process tier alone, in seconds."""
 

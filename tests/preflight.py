@@ -20,6 +20,7 @@ TOOLS = {
     "faketime": ("faketime", "a worker whose clock is 30 s off (tests/distributed)"),
     "unshare": ("util-linux", "a worker as PID 1 of its own PID namespace"),
     "objdump": ("binutils", "the installed llama.cpp build is read for its instructions"),
+    "chromium": ("chromium", "the console is tested in a real browser (tests/browser)"),
 }
 
 

@@ -77,6 +77,17 @@ def _with_labels(ctx: ApiContext, job: jobs.JobRecord, owner: str) -> dict[str, 
     return {**job_view(job), **({"x_labels": labels} if labels else {})}
 
 
+@router.get("/v1/jobs/{job_id}/request")
+async def read_job_request(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
+    """The System One body a decision was asked with (its state and questions), for the person
+    who checks it (the console); the job's owner only."""
+    job = await run_in_threadpool(job_reads.get_job, ctx.db, job_id, owner, with_request=True)
+    if job is None or job.kind != jobs.DECISION:
+        raise not_found(f"no job {job_id!r}")
+    body = await run_in_threadpool(job_reads.full_request, ctx.db, job)
+    return {"job_id": job.id, "object": "job_request", "request": body}
+
+
 @router.delete("/v1/jobs/{job_id}", responses=responses({200: JobSchema}))
 async def cancel_job(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
     before = await run_in_threadpool(owned_job, ctx, job_id, owner)

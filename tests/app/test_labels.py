@@ -39,3 +39,33 @@ def test_teaching_from_labels_with_nothing_labelled_says_so(front_door):
     detail = refused.json()["detail"][0]
     assert detail["loc"] == ["body", "from_labels"]
     assert "nothing is labelled" in detail["msg"]
+
+
+def test_a_decisions_request_is_read_back_by_its_owner_only(front_door):
+    client = front_door.client
+    body = {"state": "Please refund my order.", "questions": {"refund": REFUND}}
+    job_id = client.post("/v1/systemone", headers=front_door.keyed(ALPHA),
+                         json=body).json()["x_job_id"]
+    read = client.get(f"/v1/jobs/{job_id}/request", headers=front_door.keyed(ALPHA))
+    assert read.status_code == 200, read.text
+    assert read.json()["object"] == "job_request" and read.json()["job_id"] == job_id
+    assert read.json()["request"]["state"] == body["state"]
+    assert read.json()["request"]["questions"] == body["questions"]
+    assert client.get(f"/v1/jobs/{job_id}/request",
+                      headers=front_door.keyed(BETA)).status_code == 404
+    assert client.get("/v1/jobs/job_nope/request",
+                      headers=front_door.keyed(ALPHA)).status_code == 404
+
+
+def test_a_batch_items_request_holds_the_batchs_questions(front_door):
+    client = front_door.client
+    batch = client.post("/v1/batches", headers=front_door.keyed(ALPHA), json={
+        "questions": {"refund": REFUND},
+        "items": [{"custom_id": "a", "state": "Refund the blender, please."}]}).json()
+    items = client.get("/v1/jobs", headers=front_door.keyed(ALPHA)).json()["data"]
+    assert batch["object"] == "batch"
+    job_id = next(job["id"] for job in items
+                  if client.get(f"/v1/jobs/{job['id']}/request", headers=front_door.keyed(
+                      ALPHA)).json()["request"]["state"] == "Refund the blender, please.")
+    request = client.get(f"/v1/jobs/{job_id}/request", headers=front_door.keyed(ALPHA)).json()
+    assert request["request"]["questions"] == {"refund": REFUND}

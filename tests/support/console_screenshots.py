@@ -1,0 +1,73 @@
+"""The README's screenshots of the console, taken in Debian's chromium over a real ``decide
+serve`` holding a few decisions, some of them labelled:
+
+    .venv/bin/python -m tests.support.console_screenshots docs/console
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+from tests.api.conftest import Server
+
+KEY = "key-screenshots"
+QUESTIONS = {
+    "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
+    "team": {"type": "choice", "instructions": "Which team should handle it?",
+             "criteria": ["billing", "shipping", "technical", "accounts"]},
+}
+TICKETS = [
+    "My card was charged twice for order A-104. Please refund the duplicate.",
+    "Where is parcel 7781? The tracking page has not moved for a week.",
+    "The app crashes every time I open the settings page on Android 14.",
+    "I want my money back for the blender, it arrived broken.",
+    "How do I change the e-mail address on my account?",
+    "You billed me after I cancelled. Return the money or I dispute it.",
+]
+
+
+def take(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as root:
+        server = Server(Path(root), {"DECIDE_API_KEYS": KEY})
+        try:
+            with server.client(KEY) as client:
+                jobs = [client.post("/v1/systemone", json={"state": ticket,
+                                                            "questions": QUESTIONS}
+                                    ).headers["X-Job-Id"] for ticket in TICKETS]
+                client.post(f"/v1/jobs/{jobs[0]}/labels", json={"answers": {"refund": "yes"}})
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(
+                    executable_path=shutil.which("chromium") or "/usr/bin/chromium",
+                    args=["--no-sandbox"])
+                page = browser.new_page(viewport={"width": 1100, "height": 700})
+                page.goto(f"{server.url}/console")
+                page.get_by_label("API key").fill(KEY)
+                page.keyboard.press("Enter")
+                page.get_by_role("heading", name="Overview").wait_for()
+                page.screenshot(path=folder / "overview.png")
+                for name, route, heading in (
+                        ("decisions", "#/decisions", "Decisions"),
+                        ("decision", f"#/decisions/{jobs[0]}", f"Decision {jobs[0]}"),
+                        ("label_queue", "#/label?question=refund", "Label queue: refund")):
+                    page.goto(f"{server.url}/console{route}")
+                    page.get_by_role("heading", name=heading).wait_for()
+                    page.screenshot(path=folder / f"{name}.png", full_page=name == "decision")
+                browser.close()
+        finally:
+            server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="the console's screenshots for the README")
+    parser.add_argument("folder", type=Path)
+    take(parser.parse_args().folder)
+
+
+if __name__ == "__main__":
+    main()
