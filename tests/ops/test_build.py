@@ -84,3 +84,13 @@ def test_the_images_build_llama_cpp_for_a_fixed_baseline_not_the_build_host():
     assert "CMAKE_ARGS=" not in dockerfile.replace("DECIDE_LLAMA_CMAKE_ARGS", "")
     makefile = (ROOT / "Makefile").read_text()
     assert "ops/build-llama.sh $(PY)" in makefile
+
+
+def test_the_image_copies_every_folder_the_package_installs():
+    import tomllib
+
+    folders = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"].values())
+    dockerfile = (ROOT / "ops" / "Dockerfile").read_text()
+    missing = {folder for folder in folders if f"COPY {folder} /src/{folder}" not in dockerfile}
+    assert not missing, f"ops/Dockerfile does not copy {sorted(missing)}"
