@@ -305,6 +305,21 @@ def job_labels_of(db: Engine, *, job_id: str, owner: str) -> dict[str, Any]:
         return {row.question_key: json.loads(row.answer) for row in connection.execute(query)}
 
 
+def labels_of_jobs(db: Engine, *, job_ids: list[str], owner: str) -> dict[str, dict[str, Any]]:
+    """``job_labels_of`` for many decisions in one query: job id → its labels (a job with none
+    is left out)."""
+    if not job_ids:
+        return {}
+    query = (select(job_labels.c.job_id, job_labels.c.question_key, job_labels.c.answer)
+             .where(job_labels.c.job_id.in_(job_ids), job_labels.c.owner == owner)
+             .order_by(job_labels.c.job_id, job_labels.c.question_key))
+    found: dict[str, dict[str, Any]] = {}
+    with db.connect() as connection:
+        for row in connection.execute(query):
+            found.setdefault(row.job_id, {})[row.question_key] = json.loads(row.answer)
+    return found
+
+
 def labelled_examples(db: Engine, *, owner: str, match_key: str,
                       limit: int) -> list[dict[str, Any]]:
     """Every labelled decision of ``owner`` for a question, as examples ``{"state", "answer"}``

@@ -114,5 +114,9 @@ async def list_jobs(ctx: Context, owner: Owner,
                                    limit=limit + 1, after=after)
     more = len(page) > limit
     page = page[:limit]
-    return {"object": "list", "data": [job_view(job) for job in page], "has_more": more,
-            "after": page[-1].id if more else None}
+    labels = await run_in_threadpool(taught_store.labels_of_jobs, ctx.db,
+                                     job_ids=[job.id for job in page], owner=owner)
+    return {"object": "list",
+            "data": [{**job_view(job), **({"x_labels": labels[job.id]} if job.id in labels
+                                           else {})} for job in page],
+            "has_more": more, "after": page[-1].id if more else None}

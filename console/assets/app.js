@@ -6,12 +6,15 @@ import { el, show } from "./dom.js";
 import { overview } from "./overview.js";
 import { decisions, decision } from "./decisions.js";
 import { labelQueue } from "./label_queue.js";
+import { taughtList, taughtPage } from "./taught.js";
 
 const ROUTES = [
   [/^#\/overview$/, overview],
   [/^#\/decisions$/, decisions],
   [/^#\/decisions\/([^/?]+)$/, decision],
   [/^#\/label(?:\?question=(.*))?$/, labelQueue],
+  [/^#\/taught$/, taughtList],
+  [/^#\/taught\/([^/?]+)$/, taughtPage],
 ];
 
 const page = document.getElementById("page");

@@ -1,11 +1,12 @@
-// Label queue: for one question, the key's recent decisions of it not labelled yet, the least
-// sure first (what a label teaches most); one key press records an answer
+// Label queue: for one question, the key's recent decisions of it not labelled yet (their
+// x_labels), the least sure first (what a label teaches most); one key press records an answer
 // (POST /v1/jobs/{id}/labels) and shows the next; u goes back one, where a key press replaces
 // that label.
 
 import { call, listed } from "./api.js";
 import { bars, certainty, labelChoices, labelName } from "./answers.js";
 import { el, show } from "./dom.js";
+import { teach } from "./taught.js";
 
 const LOOKED_AT = 500;
 
@@ -25,18 +26,24 @@ export async function labelQueue(page, question) {
          keys.length ? chooser : el("p", {}, "No decision to label yet."));
     return undefined;
   }
-  const queue = jobs.filter(job => job.result?.answers?.[question])
+  const queue = jobs.filter(job => job.result?.answers?.[question]
+                              && !(question in (job.x_labels ?? {})))
     .sort((a, b) => certainty(a.result.answers[question]) - certainty(b.result.answers[question]));
   const labelled = new Map();
   let position = 0;
   const region = el("div", { "aria-live": "polite" });
+  const teaching = el("div", { "aria-live": "polite" });
+  const example = queue[0];
   show(page, el("h1", {}, `Label queue: ${question}`), chooser,
        el("p", { class: "muted" }, "Press a number to record the answer, ", el("kbd", {}, "u"),
-          " to go back one."), region);
+          " to go back one."), region,
+       example ? el("p", {}, el("button", { type: "button", id: "teach", onclick: async () => {
+         const asked = await call(`/v1/jobs/${example.id}/request`);
+         await teach(asked.request.questions[question], example.model, teaching);
+       } }, "Teach this question from its labels")) : null,
+       teaching);
 
   async function present() {
-    while (position < queue.length && !labelled.has(queue[position].id)
-           && await alreadyLabelled(queue[position].id, question)) queue.splice(position, 1);
     const progress = el("p", { id: "progress" },
       `${labelled.size} labelled, ${Math.max(0, queue.length - position)} left`);
     if (position >= queue.length) {
@@ -88,9 +95,4 @@ export async function labelQueue(page, question) {
   document.addEventListener("keydown", onKey);
   await present();
   return () => document.removeEventListener("keydown", onKey);
-}
-
-async function alreadyLabelled(jobId, question) {
-  const labels = await call(`/v1/jobs/${jobId}/labels`);
-  return question in labels.answers;
 }

@@ -62,7 +62,7 @@ def test_ten_decisions_are_labelled_from_the_keyboard_and_one_taken_back(page, c
     shown = []
     for count in range(1, 11):
         shown.append(page.locator("#state").inner_text())
-        page.keyboard.press("1" if "refund" in shown[-1] or "money back" in shown[-1] else "2")
+        page.keyboard.press("1" if wants_money(shown[-1]) else "2")
         progress.filter(has_text=f"{count} labelled").wait_for()
     page.keyboard.press("u")  # back to the tenth: a key press replaces its label
     page.get_by_text("Labelled: ").wait_for()
@@ -80,8 +80,47 @@ def test_ten_decisions_are_labelled_from_the_keyboard_and_one_taken_back(page, c
     assert recorded[tenth] == "no"  # replaced after u
     for state, answer in recorded.items():
         if state != tenth:
-            wants_money = "refund" in state or "money back" in state
-            assert answer == ("yes" if wants_money else "no"), state
+            assert answer == ("yes" if wants_money(state) else "no"), state
+    assert page.errors == []
+
+
+def wants_money(state: str) -> bool:
+    return "refund" in state or "money back" in state
+
+
+def test_teaching_from_the_labels_and_again_changes_the_fits_figures(page, console_server,
+                                                                     decided):
+    with console_server.client(KEYS[0]) as client:  # ten labelled (as the test above leaves)
+        unlabelled = [job for job in decided
+                      if not client.get(f"/v1/jobs/{job}/labels").json()["answers"]]
+        for job in unlabelled[:len(unlabelled) - 2]:
+            state = client.get(f"/v1/jobs/{job}/request").json()["request"]["state"]
+            client.post(f"/v1/jobs/{job}/labels", json={"answers": {
+                "refund": "yes" if wants_money(state) else "no"}})
+    sign_in(page, console_server, KEYS[0])
+    page.goto(f"{console_server.url}/console#/label?question=refund")
+    page.locator("#progress").filter(has_text="0 labelled, 2 left").wait_for()
+    page.get_by_role("button", name="Teach this question from its labels").click()
+    heading = page.get_by_role("heading", name=re.compile(r"^Taught question tq_"))
+    heading.wait_for(timeout=180_000)
+    first = page.locator("#figures").inner_text()
+    assert "version 1, ready, 10 examples" in page.get_by_text("version 1,").inner_text()
+
+    page.goto(f"{console_server.url}/console#/label?question=refund")  # the last two, by key
+    progress = page.locator("#progress")
+    progress.filter(has_text="0 labelled, 2 left").wait_for()
+    for count in (1, 2):
+        state = page.locator("#state").inner_text()
+        page.keyboard.press("1" if wants_money(state) else "2")
+        progress.filter(has_text=f"{count} labelled").wait_for()
+    page.get_by_role("link", name="Taught questions").click()
+    page.get_by_role("link", name=re.compile(r"^tq_")).first.click()
+    page.get_by_role("button", name="Teach again from labels").click()
+    page.get_by_text("version 2,").wait_for(timeout=180_000)
+    assert "version 2, ready, 12 examples" in page.get_by_text("version 2,").inner_text()
+    again = page.locator("#figures").inner_text()
+    assert again != first
+    assert page.get_by_role("link", name="version 1").is_visible()
     assert page.errors == []
 
 

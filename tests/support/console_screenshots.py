@@ -40,7 +40,11 @@ def take(folder: Path) -> None:
                 jobs = [client.post("/v1/systemone", json={"state": ticket,
                                                             "questions": QUESTIONS}
                                     ).headers["X-Job-Id"] for ticket in TICKETS]
-                client.post(f"/v1/jobs/{jobs[0]}/labels", json={"answers": {"refund": "yes"}})
+                for job, answer in zip(jobs, ("yes", "no", "no", "yes", "no"), strict=False):
+                    client.post(f"/v1/jobs/{job}/labels", json={"answers": {"refund": answer}})
+                taught = client.post("/v1/questions", json={
+                    "question": QUESTIONS["refund"], "from_labels": True}).json()["id"]
+                client.get(f"/v1/questions/{taught}?wait=60")
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(
                     executable_path=shutil.which("chromium") or "/usr/bin/chromium",
@@ -54,10 +58,12 @@ def take(folder: Path) -> None:
                 for name, route, heading in (
                         ("decisions", "#/decisions", "Decisions"),
                         ("decision", f"#/decisions/{jobs[0]}", f"Decision {jobs[0]}"),
-                        ("label_queue", "#/label?question=refund", "Label queue: refund")):
+                        ("label_queue", "#/label?question=team", "Label queue: team"),
+                        ("taught", f"#/taught/{taught}", f"Taught question {taught}")):
                     page.goto(f"{server.url}/console{route}")
                     page.get_by_role("heading", name=heading).wait_for()
-                    page.screenshot(path=folder / f"{name}.png", full_page=name == "decision")
+                    page.screenshot(path=folder / f"{name}.png",
+                                    full_page=name in ("decision", "taught"))
                 browser.close()
         finally:
             server.stop()
