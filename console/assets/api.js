@@ -33,7 +33,7 @@ export async function call(path, { method = "GET", body } = {}) {
   const text = await response.text();
   const data = text ? JSON.parse(text) : null;
   if (!response.ok) {
-    const message = data?.error?.message ?? data?.detail ?? `${response.status}`;
+    const message = data?.error?.message ?? described(data?.detail) ?? `${response.status}`;
     throw new ApiError(response.status, message);
   }
   return data;
@@ -51,4 +51,10 @@ export async function listed(path, most) {
     after = page.after;
   }
   return found.slice(0, most);
+}
+
+// A 422's details as one line: each field's place and what is wrong with it.
+function described(detail) {
+  if (!Array.isArray(detail)) return detail;
+  return detail.map(item => `${(item.loc ?? []).join(".")}: ${item.msg}`).join("; ");
 }

@@ -7,6 +7,7 @@ import { overview } from "./overview.js";
 import { decisions, decision } from "./decisions.js";
 import { labelQueue } from "./label_queue.js";
 import { taughtList, taughtPage } from "./taught.js";
+import { batches, batchPage } from "./batches.js";
 
 const ROUTES = [
   [/^#\/overview$/, overview],
@@ -15,6 +16,8 @@ const ROUTES = [
   [/^#\/label(?:\?question=(.*))?$/, labelQueue],
   [/^#\/taught$/, taughtList],
   [/^#\/taught\/([^/?]+)$/, taughtPage],
+  [/^#\/batches$/, batches],
+  [/^#\/batches\/([^/?]+)$/, batchPage],
 ];
 
 const page = document.getElementById("page");

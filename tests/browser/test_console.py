@@ -162,3 +162,35 @@ def test_the_console_fetches_nothing_from_elsewhere(console_server):
     policy = page.headers["content-security-policy"]
     assert "default-src 'none'" in policy and "script-src 'self'" in policy
     assert "http" not in page.text.replace(console_server.url, "")
+
+
+def test_a_batch_is_sent_from_a_csv_followed_and_its_results_downloaded(page, console_server,
+                                                                        tmp_path):
+    states = tmp_path / "tickets.csv"
+    states.write_text('custom_id,state\r\nt-1,"Refund my order, please."\r\n'
+                      't-2,"Where is my parcel? It says ""shipped"" since Monday."\r\n'
+                      't-3,The app crashes on start.\r\n', encoding="utf-8")
+    sign_in(page, console_server, KEYS[0])
+    page.get_by_role("link", name="Batches").click()
+    page.get_by_role("heading", name="Batches").wait_for()
+    page.get_by_label("States: a CSV with a state column, or JSONL").set_input_files(states)
+    page.get_by_role("button", name="Send the batch").click()
+    page.locator("#batch-status").filter(has_text="completed").wait_for(timeout=120_000)
+    assert "3 succeeded" in page.locator("#batch-status").inner_text()
+    with page.expect_download() as downloading:
+        page.get_by_role("button", name="Download the results (CSV)").click()
+    rows = downloading.value.path().read_text(encoding="utf-8").splitlines()
+    assert rows[0].startswith('"custom_id","status"')
+    assert [row.split(",")[0] for row in rows[1:]] == ['"t-1"', '"t-2"', '"t-3"']
+    assert page.errors == []
+
+
+def test_a_bad_batch_file_is_refused_with_what_is_wrong(page, console_server, tmp_path):
+    states = tmp_path / "tickets.csv"
+    states.write_text("id,text\r\n1,hello\r\n", encoding="utf-8")
+    sign_in(page, console_server, KEYS[0])
+    page.goto(f"{console_server.url}/console#/batches")
+    page.get_by_label("States: a CSV with a state column, or JSONL").set_input_files(states)
+    page.get_by_role("button", name="Send the batch").click()
+    page.get_by_role("alert").filter(has_text="the CSV needs a state column").wait_for()
+    assert page.errors == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
@@ -45,6 +46,11 @@ def take(folder: Path) -> None:
                 taught = client.post("/v1/questions", json={
                     "question": QUESTIONS["refund"], "from_labels": True}).json()["id"]
                 client.get(f"/v1/questions/{taught}?wait=60")
+                batch = client.post("/v1/batches", json={"questions": QUESTIONS, "items": [
+                    {"custom_id": f"t-{number}", "state": ticket}
+                    for number, ticket in enumerate(TICKETS)]}).json()["id"]
+                while client.get(f"/v1/batches/{batch}").json()["status"] == "in_progress":
+                    time.sleep(0.5)
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(
                     executable_path=shutil.which("chromium") or "/usr/bin/chromium",
@@ -59,11 +65,12 @@ def take(folder: Path) -> None:
                         ("decisions", "#/decisions", "Decisions"),
                         ("decision", f"#/decisions/{jobs[0]}", f"Decision {jobs[0]}"),
                         ("label_queue", "#/label?question=team", "Label queue: team"),
-                        ("taught", f"#/taught/{taught}", f"Taught question {taught}")):
+                        ("taught", f"#/taught/{taught}", f"Taught question {taught}"),
+                        ("batches", "#/batches", "Batches")):
                     page.goto(f"{server.url}/console{route}")
                     page.get_by_role("heading", name=heading).wait_for()
                     page.screenshot(path=folder / f"{name}.png",
-                                    full_page=name in ("decision", "taught"))
+                                    full_page=name in ("decision", "taught", "batches"))
                 browser.close()
         finally:
             server.stop()
