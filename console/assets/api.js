@@ -22,6 +22,15 @@ export function signOut() {
   sessionStorage.removeItem(KEY_ITEM);
 }
 
+// A route that answers lines of JSON (application/x-ndjson): each line's value.
+export async function callLines(path) {
+  const response = await fetch(path, { headers: signedInKey()
+    ? { Authorization: `Bearer ${signedInKey()}` } : {} });
+  if (!response.ok) throw new ApiError(response.status, `${response.status} from ${path}`);
+  return (await response.text()).split("\n").filter(line => line.trim())
+    .map(line => JSON.parse(line));
+}
+
 export async function call(path, { method = "GET", body } = {}) {
   const headers = { Accept: "application/json" };
   const key = signedInKey();

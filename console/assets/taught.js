@@ -4,6 +4,7 @@
 
 import { call, listed } from "./api.js";
 import { el, show } from "./dom.js";
+import { reliability } from "./reliability.js";
 
 const WAIT_SECONDS = 10;
 
@@ -41,6 +42,7 @@ export async function taughtPage(page, id) {
           : "Does not answer its question now" + (fit?.gate?.reason ? `: ${fit.gate.reason}` : ".")),
        fit ? figures(fit) : null,
        fit?.learning_curve?.length ? curve(fit.learning_curve) : null,
+       await reliability(taught.id),
        el("h2", {}, "Versions"),
        el("ul", {}, versions.data.map(version => el("li", {},
          el("a", { href: `#/taught/${version.id}` }, `version ${version.version}`),

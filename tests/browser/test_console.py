@@ -88,6 +88,12 @@ def wants_money(state: str) -> bool:
     return "refund" in state or "money back" in state
 
 
+def reliability_count(page) -> int:
+    """The labelled decisions the reliability diagram's table counts."""
+    cells = page.locator("#reliability tbody tr td:first-child").all_inner_texts()
+    return sum(int(cell) for cell in cells)
+
+
 def test_teaching_from_the_labels_and_again_changes_the_fits_figures(page, console_server,
                                                                      decided):
     with console_server.client(KEYS[0]) as client:  # ten labelled (as the test above leaves)
@@ -105,6 +111,7 @@ def test_teaching_from_the_labels_and_again_changes_the_fits_figures(page, conso
     heading.wait_for(timeout=180_000)
     first = page.locator("#figures").inner_text()
     assert "version 1, ready, 10 examples" in page.get_by_text("version 1,").inner_text()
+    assert reliability_count(page) == 10  # the diagram reads the ten labelled decisions
 
     page.goto(f"{console_server.url}/console#/label?question=refund")  # the last two, by key
     progress = page.locator("#progress")
@@ -120,6 +127,7 @@ def test_teaching_from_the_labels_and_again_changes_the_fits_figures(page, conso
     assert "version 2, ready, 12 examples" in page.get_by_text("version 2,").inner_text()
     again = page.locator("#figures").inner_text()
     assert again != first
+    assert reliability_count(page) == 12
     assert page.get_by_role("link", name="version 1").is_visible()
     assert page.errors == []
 
