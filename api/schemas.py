@@ -192,6 +192,8 @@ class JobSchema(BaseModel):
     timings: Timings
     x_labels: dict[str, Any] | None = None
     """A decision's recorded right answers (question id → answer), where it has any."""
+    x_owner: str | None = None
+    """Whose job it is (the key's id), in an admin's list of every key's (``scope=all``)."""
 
 
 class JobList(BaseModel):

@@ -147,7 +147,8 @@ def check_lane(ctx: ApiContext, model: str, priority: str, rows: int) -> None:
                    headers={"Retry-After": str(retry)})
 
 
-def owned_job(ctx: ApiContext, job_id: str, owner: str) -> jobs.JobRecord:
+def owned_job(ctx: ApiContext, job_id: str, owner: str | None) -> jobs.JobRecord:
+    """The job if ``owner`` owns it (None: whoever does, an admin's read); else a 404."""
     job = job_reads.get_job(ctx.db, job_id, owner)
     if job is None:
         raise ApiError(404, "not_found_error", f"no job {job_id!r}")

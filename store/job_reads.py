@@ -38,11 +38,13 @@ def get_job(db: Engine, job_id: str, owner: str | None = None, *,
     return None if row is None else job_record(row)
 
 
-def list_jobs(db: Engine, *, owner: str, status: str | None, limit: int,
+def list_jobs(db: Engine, *, owner: str | None, status: str | None, limit: int,
               after: str | None) -> list[JobRecord]:
-    """An owner's jobs, newest first, without their requests; ``after`` is the last id of the
-    previous page."""
-    query = select(*SUMMARY_COLUMNS).where(jobs.c.owner == owner, jobs.c.kind == DECISION)
+    """An owner's jobs (None: every key's), newest first, without their requests; ``after`` is
+    the last id of the previous page."""
+    query = select(*SUMMARY_COLUMNS).where(jobs.c.kind == DECISION)
+    if owner is not None:
+        query = query.where(jobs.c.owner == owner)
     if status is not None:
         query = query.where(jobs.c.status == status)
     if after is not None:

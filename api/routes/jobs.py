@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from decide import metrics
 from decide.api.body import read_json
 from decide.api.context import ApiContext
-from decide.api.errors import invalid, not_found
+from decide.api.errors import ApiError, invalid, not_found
 from decide.api.routes.deps import Context, Owner, PageSize
 from decide.api.schemas import JobList, JobRequest, JobSchema, request_body, responses
 from decide.api.submit import (
@@ -56,23 +56,30 @@ async def submit_job(request: Request, ctx: Context, owner: Owner,
                         headers={"Location": f"/v1/jobs/{job.id}", "X-Job-Id": job.id, **rate})
 
 
+def reader(ctx: ApiContext, owner: str) -> str | None:
+    """Whose jobs the caller may read: its own, or every key's (None) for an admin key."""
+    return None if ctx.auth.sees_everyone(owner) else owner
+
+
 @router.get("/v1/jobs/{job_id}", responses=responses({200: JobSchema}))
 async def read_job(job_id: str, ctx: Context, owner: Owner,
                    wait: Annotated[float | None, Query(ge=0, le=MAX_WAIT_SECONDS)] = None
                    ) -> dict[str, Any]:
     if not wait:
-        job = await run_in_threadpool(owned_job, ctx, job_id, owner)
+        job = await run_in_threadpool(owned_job, ctx, job_id, reader(ctx, owner))
     else:  # the wait's own first read tells whether the job is ours: one read, not two
+        if reader(ctx, owner) is None:  # an admin waits on whoever's job it is
+            owner = (await run_in_threadpool(owned_job, ctx, job_id, None)).owner
         job = await wait_finished(ctx, job_id, owner, wait)
         if job is None:
             raise not_found(f"no job {job_id!r}")
-    return await run_in_threadpool(_with_labels, ctx, job, owner)
+    return await run_in_threadpool(_with_labels, ctx, job)
 
 
-def _with_labels(ctx: ApiContext, job: jobs.JobRecord, owner: str) -> dict[str, Any]:
+def _with_labels(ctx: ApiContext, job: jobs.JobRecord) -> dict[str, Any]:
     """A decision's job view, with ``x_labels`` (the right answers its owner recorded,
     ``POST /v1/jobs/{id}/labels``) where it has any."""
-    labels = (taught_store.job_labels_of(ctx.db, job_id=job.id, owner=owner)
+    labels = (taught_store.job_labels_of(ctx.db, job_id=job.id, owner=job.owner)
               if job.kind == jobs.DECISION else {})
     return {**job_view(job), **({"x_labels": labels} if labels else {})}
 
@@ -81,7 +88,8 @@ def _with_labels(ctx: ApiContext, job: jobs.JobRecord, owner: str) -> dict[str, 
 async def read_job_request(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
     """The System One body a decision was asked with (its state and questions), for the person
     who checks it (the console); the job's owner only."""
-    job = await run_in_threadpool(job_reads.get_job, ctx.db, job_id, owner, with_request=True)
+    job = await run_in_threadpool(job_reads.get_job, ctx.db, job_id, reader(ctx, owner),
+                                  with_request=True)
     if job is None or job.kind != jobs.DECISION:
         raise not_found(f"no job {job_id!r}")
     body = await run_in_threadpool(job_reads.full_request, ctx.db, job)
@@ -106,17 +114,26 @@ async def cancel_job(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
 async def list_jobs(ctx: Context, owner: Owner,
                     status: Annotated[str | None, Query()] = None,
                     limit: PageSize = 20,
-                    after: Annotated[str | None, Query()] = None) -> dict[str, Any]:
+                    after: Annotated[str | None, Query()] = None,
+                    scope: Annotated[str, Query()] = "own") -> dict[str, Any]:
     if status is not None and status not in jobs.STATUSES:
         raise invalid("query", ["status"], f"status must be one of {', '.join(jobs.STATUSES)}",
                       "literal_error")
-    page = await run_in_threadpool(job_reads.list_jobs, ctx.db, owner=owner, status=status,
+    if scope not in ("own", "all"):
+        raise invalid("query", ["scope"], "scope must be one of own, all", "literal_error")
+    everyone = scope == "all"
+    if everyone and not ctx.auth.sees_everyone(owner):
+        raise ApiError(403, "permission_error", "only an admin key (DECIDE_ADMIN_KEYS) lists "
+                       "every key's jobs (scope=all)")
+    whose = None if everyone else owner
+    page = await run_in_threadpool(job_reads.list_jobs, ctx.db, owner=whose, status=status,
                                    limit=limit + 1, after=after)
     more = len(page) > limit
     page = page[:limit]
     labels = await run_in_threadpool(taught_store.labels_of_jobs, ctx.db,
-                                     job_ids=[job.id for job in page], owner=owner)
+                                     job_ids=[job.id for job in page], owner=whose)
     return {"object": "list",
             "data": [{**job_view(job), **({"x_labels": labels[job.id]} if job.id in labels
-                                           else {})} for job in page],
+                                           else {}),
+                      **({"x_owner": job.owner} if everyone else {})} for job in page],
             "has_more": more, "after": page[-1].id if more else None}

@@ -42,7 +42,7 @@ export async function call(path, { method = "GET", body } = {}) {
   const text = await response.text();
   const data = text ? JSON.parse(text) : null;
   if (!response.ok) {
-    const message = data?.error?.message ?? described(data?.detail) ?? `${response.status}`;
+    const message = described(data?.detail) ?? `${response.status}`;
     throw new ApiError(response.status, message);
   }
   return data;
@@ -62,8 +62,9 @@ export async function listed(path, most) {
   return found.slice(0, most);
 }
 
-// A 422's details as one line: each field's place and what is wrong with it.
+// An error answer's detail as one line: its message, or a 422's fields, each with its place
+// and what is wrong with it.
 function described(detail) {
-  if (!Array.isArray(detail)) return detail;
+  if (!Array.isArray(detail)) return detail?.message;
   return detail.map(item => `${(item.loc ?? []).join(".")}: ${item.msg}`).join("; ");
 }

@@ -10,16 +10,20 @@ const PAGE = 50;
 
 export async function decisions(page) {
   const filters = { status: "", question: "", low: 0, high: 1, since: "" };
+  const everyone = (await call("/v1/status")).scope === "all";  // an admin key: every key's
   let after = null;
   let cursors = [];
   async function load() {
     const query = new URLSearchParams({ limit: String(PAGE) });
     if (filters.status) query.set("status", filters.status);
     if (after) query.set("after", after);
+    if (everyone) query.set("scope", "all");
     const listed = await call(`/v1/jobs?${query}`);
     const rows = listed.data.filter(job => matches(job, filters));
-    show(page, el("h1", {}, "Decisions"), form(filters, () => { after = null; cursors = []; load(); }),
-         table(rows),
+    show(page, el("h1", {}, "Decisions"),
+         el("p", { class: "muted" }, everyone ? "Every key's decisions." : "Your key's decisions."),
+         form(filters, () => { after = null; cursors = []; load(); }),
+         table(rows, everyone),
          el("p", {},
            cursors.length ? el("button", { type: "button", onclick: () => {
              after = cursors.pop() ?? null; load(); } }, "Newer") : null, " ",
@@ -60,12 +64,14 @@ function form(filters, apply) {
     field("since", input("since", { type: "datetime-local" })));
 }
 
-function table(jobs) {
+function table(jobs, everyone) {
+  const columns = ["decision", ...(everyone ? ["asked by"] : []), "asked", "status", "taught",
+                   "answers"];
   return el("table", {},
-    el("thead", {}, el("tr", {}, ...["decision", "asked", "status", "taught", "answers"]
-      .map(name => el("th", { scope: "col" }, name)))),
+    el("thead", {}, el("tr", {}, ...columns.map(name => el("th", { scope: "col" }, name)))),
     el("tbody", {}, jobs.map(job => el("tr", {},
       el("td", {}, el("a", { href: `#/decisions/${job.id}` }, job.id)),
+      everyone ? el("td", {}, job.x_owner) : null,
       el("td", {}, new Date(job.created_at).toLocaleString()),
       el("td", {}, job.status),
       el("td", {}, taught(job) ? "taught" : "zero-shot"),

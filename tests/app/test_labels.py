@@ -69,3 +69,29 @@ def test_a_batch_items_request_holds_the_batchs_questions(front_door):
                       ALPHA)).json()["request"]["state"] == "Refund the blender, please.")
     request = client.get(f"/v1/jobs/{job_id}/request", headers=front_door.keyed(ALPHA)).json()
     assert request["request"]["questions"] == {"refund": REFUND}
+
+
+def test_an_admin_key_lists_and_reads_every_keys_decisions(front_door):
+    client = front_door.client
+    job_id = client.post("/v1/systemone", headers=front_door.keyed(ALPHA), json={
+        "state": "Please refund my order.", "questions": {"refund": REFUND}}).json()["x_job_id"]
+    client.post(f"/v1/jobs/{job_id}/labels", headers=front_door.keyed(ALPHA),
+                json={"answers": {"refund": "yes"}})
+    admin = front_door.keyed(KEYS[2])
+    every = client.get("/v1/jobs?scope=all&limit=100", headers=admin)
+    assert every.status_code == 200, every.text
+    listed = {job["id"]: job for job in every.json()["data"]}
+    assert listed[job_id]["x_owner"] and listed[job_id]["x_labels"] == {"refund": "yes"}
+    own = client.get("/v1/jobs?limit=100", headers=admin).json()["data"]
+    assert job_id not in {job["id"] for job in own}  # without scope, an admin's own
+    assert client.get(f"/v1/jobs/{job_id}", headers=admin).json()["x_labels"] == {
+        "refund": "yes"}
+    assert client.get(f"/v1/jobs/{job_id}?wait=1", headers=admin).status_code == 200
+    assert client.get(f"/v1/jobs/{job_id}/request", headers=admin).status_code == 200
+    assert client.get(f"/v1/jobs/{job_id}/labels", headers=admin).json()["answers"] == {
+        "refund": "yes"}
+    refused = client.get("/v1/jobs?scope=all", headers=front_door.keyed(BETA))
+    assert refused.status_code == 403 and "DECIDE_ADMIN_KEYS" in refused.text
+    assert client.get(f"/v1/jobs/{job_id}", headers=front_door.keyed(BETA)).status_code == 404
+    wrong = client.get("/v1/jobs?scope=everyone", headers=admin)
+    assert wrong.status_code == 422 and wrong.json()["detail"][0]["loc"] == ["query", "scope"]

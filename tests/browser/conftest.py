@@ -9,13 +9,17 @@ import pytest
 
 from tests.api.conftest import KEYS, Server
 
+ADMIN = "key-admin"
+"""An admin key (``DECIDE_ADMIN_KEYS``) beside the two plain ones."""
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="session")
 def console_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("console-server")
-    server = Server(root, {"DECIDE_API_KEYS": ",".join(KEYS)})
+    server = Server(root, {"DECIDE_API_KEYS": ",".join((*KEYS, ADMIN)),
+                           "DECIDE_ADMIN_KEYS": ADMIN})
     yield server
     server.stop()
 

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from tests.api.conftest import KEYS
+from tests.browser.conftest import ADMIN
 
 pytestmark = pytest.mark.slow
 
@@ -154,7 +155,7 @@ def test_another_key_is_refused_the_first_keys_work(page, console_server, decide
     assert page.get_by_role("link", name=decided[0]).count() == 0
     assert page.errors == []
     page.goto(f"{console_server.url}/console#/decisions/{decided[0]}")
-    page.get_by_role("alert").filter(has_text="Not found").wait_for()
+    page.get_by_role("alert").filter(has_text=f"Not found: no job '{decided[0]}'").wait_for()
     assert page.locator(".state").count() == 0
     # the only errors: the browser's own lines for the API's 404s
     assert page.errors and all("404" in error for error in page.errors)
@@ -201,4 +202,15 @@ def test_a_bad_batch_file_is_refused_with_what_is_wrong(page, console_server, tm
     page.get_by_label("States: a CSV with a state column, or JSONL").set_input_files(states)
     page.get_by_role("button", name="Send the batch").click()
     page.get_by_role("alert").filter(has_text="the CSV needs a state column").wait_for()
+    assert page.errors == []
+
+
+def test_an_admin_key_sees_every_keys_decisions_and_who_asked(page, console_server, decided):
+    sign_in(page, console_server, ADMIN)
+    page.get_by_role("link", name="Decisions").click()
+    page.get_by_text("Every key's decisions.").wait_for()
+    assert page.get_by_role("columnheader", name="asked by").is_visible()
+    page.get_by_role("link", name=decided[0]).click()
+    page.get_by_role("heading", name=f"Decision {decided[0]}").wait_for()
+    assert "A-100" in page.locator(".state").inner_text()
     assert page.errors == []
