@@ -79,7 +79,7 @@ def pages(ids: dict[str, str], deep: str) -> dict[str, list[str]]:
     """Each page's API calls, as the console makes them."""
     job, taught, batch = ids["job"], ids["taught"], ids["batch"]
     return {
-        "overview": ["/v1/status"],
+        "overview": ["/v1/status", f"/v1/usage?since={int(time.time()) - 3540}&group_by=minute"],
         "decisions": ["/v1/jobs?limit=50"],
         "decisions, succeeded, a page deep": [f"/v1/jobs?limit=50&status=succeeded&after={deep}"],
         "a decision": [f"/v1/jobs/{job}", f"/v1/jobs/{job}/request", f"/v1/jobs/{job}/labels"],

@@ -12,12 +12,13 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from decide.store.tables import usage
 
-GROUPS = ("model", "key", "day", "hour")
-_BUCKET_SECONDS = {"day": 86400, "hour": 3600}
+GROUPS = ("model", "key", "day", "hour", "minute")
+_BUCKET_SECONDS = {"day": 86400, "hour": 3600, "minute": 60}
+_BUCKET_FORMATS = {"day": "%Y-%m-%d", "hour": "%Y-%m-%dT%H:00Z", "minute": "%Y-%m-%dT%H:%MZ"}
 
 
 def _bucket(db: Engine, seconds: int) -> ColumnElement[Any]:
-    """The day or hour a usage row falls in, as a whole number of days or hours since 1970."""
+    """The day, hour or minute a usage row falls in, as a whole number of them since 1970."""
     if db.dialect.name == "postgresql":
         return func.floor(usage.c.finished_at / seconds)
     return cast(usage.c.finished_at / seconds, Integer)  # times are positive: truncation floors
@@ -27,7 +28,7 @@ def _label(group: str, value: Any) -> str:
     if group not in _BUCKET_SECONDS:
         return str(value)
     moment = datetime.fromtimestamp(int(value) * _BUCKET_SECONDS[group], tz=UTC)
-    return moment.strftime("%Y-%m-%d") if group == "day" else moment.strftime("%Y-%m-%dT%H:00Z")
+    return moment.strftime(_BUCKET_FORMATS[group])
 
 
 def summarize(db: Engine, *, owner: str, since: float, until: float,

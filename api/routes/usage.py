@@ -1,4 +1,4 @@
-"""``GET /v1/usage``: the caller's own usage, grouped by model, key, day or hour."""
+"""``GET /v1/usage``: the caller's own usage, grouped by model, key, day, hour or minute."""
 
 from __future__ import annotations
 

@@ -22,8 +22,10 @@ const ROUTES = [
 
 const page = document.getElementById("page");
 let leaving = () => {};
+let current = 0;  // the route in progress: an earlier one still loading must not show
 
 async function route() {
+  const mine = ++current;
   leaving();
   leaving = () => {};
   const hash = location.hash || "#/overview";
@@ -39,9 +41,17 @@ async function route() {
   }
   const [pattern, render] = found;
   const parts = hash.match(pattern).slice(1).map(part => part && decodeURIComponent(part));
+  const view = el("div");  // filled while it loads, shown once loaded if still wanted
   try {
-    leaving = (await render(page, ...parts)) ?? (() => {});
+    const leave = (await render(view, ...parts)) ?? (() => {});
+    if (mine !== current) {
+      leave();
+      return;
+    }
+    leaving = leave;
+    show(page, view);
   } catch (error) {
+    if (mine !== current) return;
     if (error instanceof ApiError && error.status === 401 && signedInKey()) {
       signOut();  // the key was revoked meanwhile: sign in again
       route();

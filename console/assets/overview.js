@@ -1,31 +1,43 @@
 // Overview: each model's workers, both lanes' depths and oldest waits, the last minute's
 // throughput (GET /v1/status), refreshed every few seconds while the page is open, with a
-// chart of the jobs finished per minute seen since it was opened (at most an hour).
+// chart of the key's decisions per minute over the last hour (GET /v1/usage by minute).
 
 import { call } from "./api.js";
 import { el, show } from "./dom.js";
 
 const REFRESH_MS = 5000;
-const KEPT_SAMPLES = 3600000 / REFRESH_MS;
+const MINUTES = 60;
 
 export async function overview(page) {
-  const samples = [];
   let timer = null;
   async function refresh() {
-    const status = await call("/v1/status");
-    samples.push(status.models.reduce((sum, model) => sum + model.last_minute.jobs, 0));
-    if (samples.length > KEPT_SAMPLES) samples.shift();
+    const now = Math.floor(Date.now() / 60000) * 60;  // this minute's start, in seconds
+    const [status, usage] = await Promise.all([
+      call("/v1/status"),
+      call(`/v1/usage?since=${now - (MINUTES - 1) * 60}&group_by=minute`),
+    ]);
+    const perMinute = lastHour(usage.data, now);
     show(page, el("h1", {}, "Overview"),
          el("p", { class: "muted" }, status.scope === "all" ? "Every key's work."
                                                             : "Your key's work."),
          lanes(status.models),
-         el("h2", {}, "Jobs finished in the last minute"),
-         chart(samples),
-         el("p", { class: "muted" }, `Refreshed every ${REFRESH_MS / 1000} s while open.`));
+         el("h2", {}, "Your decisions per minute, the last hour"),
+         chart(perMinute),
+         el("p", { class: "muted", id: "last-hour" },
+            `${perMinute.reduce((sum, count) => sum + count, 0)} in the last hour; refreshed `
+            + `every ${REFRESH_MS / 1000} s while open.`));
   }
   await refresh();
   timer = setInterval(() => refresh().catch(() => {}), REFRESH_MS);
   return () => clearInterval(timer);
+}
+
+// Jobs per minute for the MINUTES minutes up to `now`, oldest first (0 where none finished).
+function lastHour(groups, now) {
+  const counts = new Map(groups.map(group =>
+    [Date.parse(group.minute.replace(/Z$/, ":00Z")) / 1000, group.jobs]));
+  return Array.from({ length: MINUTES }, (_, index) =>
+    counts.get(now - (MINUTES - 1 - index) * 60) ?? 0);
 }
 
 function lanes(models) {
@@ -54,7 +66,8 @@ function chart(samples) {
   svg.setAttribute("viewBox", "0 0 100 30");
   svg.setAttribute("preserveAspectRatio", "none");
   svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", `jobs per minute, latest ${samples.at(-1) ?? 0}`);
+  svg.setAttribute("aria-label", `decisions per minute over the last hour, this minute `
+                                 + `${samples.at(-1) ?? 0}`);
   const top = Math.max(1, ...samples);
   const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
   const drawn = samples.length === 1 ? [samples[0], samples[0]] : samples;  // one: a level line

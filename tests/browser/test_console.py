@@ -48,6 +48,8 @@ def test_a_key_signs_in_and_sees_its_lanes(page, console_server, decided):
     sign_in(page, console_server, KEYS[0])
     assert page.locator("table tbody tr").count() == 2  # the default model's two lanes
     assert page.get_by_text("Your key's work.").is_visible()
+    hour = re.match(r"(\d+) in the last hour", page.locator("#last-hour").inner_text())
+    assert hour and int(hour.group(1)) >= len(decided)  # the chart's hour holds them
     assert page.errors == []
 
 

@@ -230,6 +230,9 @@ def test_usage_is_summed_by_the_database_per_group(db):
     assert summarize(db, owner="alice", since=day, until=day + 7200, group_by=("hour",)) == [
         {"hour": "2024-10-04T00:00Z", "jobs": 1, "rows": 2, "input_tokens": 20},
         {"hour": "2024-10-04T01:00Z", "jobs": 1, "rows": 3, "input_tokens": 30}]
+    assert summarize(db, owner="alice", since=day, until=day + 7200, group_by=("minute",)) == [
+        {"minute": "2024-10-04T00:00Z", "jobs": 1, "rows": 2, "input_tokens": 20},
+        {"minute": "2024-10-04T01:01Z", "jobs": 1, "rows": 3, "input_tokens": 30}]
     assert summarize(db, owner="alice", since=0, until=1, group_by=("key",)) == []
 
 
