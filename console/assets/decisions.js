@@ -9,7 +9,7 @@ import { el, show } from "./dom.js";
 const PAGE = 50;
 
 export async function decisions(page) {
-  const filters = { status: "", question: "", low: 0, high: 1, since: "" };
+  const filters = { status: "", question: "", taught: "", low: 0, high: 1, since: "" };
   const everyone = (await call("/v1/status")).scope === "all";  // an admin key: every key's
   let after = null;
   let cursors = [];
@@ -42,6 +42,7 @@ function matches(job, filters) {
   if ((filters.low > 0 || filters.high < 1) && !wanted.some(([, answer]) =>
     certainty(answer) >= filters.low && certainty(answer) <= filters.high)) return false;
   if (filters.since && new Date(job.created_at) < new Date(filters.since)) return false;
+  if (filters.taught && (filters.taught === "taught") !== taught(job)) return false;
   return true;
 }
 
@@ -56,8 +57,13 @@ function form(filters, apply) {
     filters.status = event.target.value; apply(); } },
     ...["", "queued", "running", "succeeded", "failed", "cancelled", "expired"].map(value =>
       el("option", { value, selected: value === filters.status }, value || "any")));
+  const readout = el("select", { name: "taught", onchange: event => {
+    filters.taught = event.target.value; apply(); } },
+    ...[["", "either"], ["taught", "taught"], ["zero-shot", "zero-shot"]].map(([value, name]) =>
+      el("option", { value, selected: value === filters.taught }, name)));
   return el("div", { class: "filters", role: "search" },
     field("status", status),
+    field("answered", readout),
     field("question", input("question", { placeholder: "question key" })),
     field("surest answer at least", input("low", { type: "number", min: 0, max: 1, step: 0.05 })),
     field("at most", input("high", { type: "number", min: 0, max: 1, step: 0.05 })),

@@ -1,12 +1,14 @@
 // Overview: each model's workers, both lanes' depths and oldest waits, the last minute's
 // throughput (GET /v1/status), refreshed every few seconds while the page is open, with a
-// chart of the key's decisions per minute over the last hour (GET /v1/usage by minute).
+// chart of the key's decisions per minute over the last hour (GET /v1/usage by minute) and
+// the latest failed decisions (GET /v1/jobs?status=failed).
 
 import { call } from "./api.js";
 import { el, show } from "./dom.js";
 
 const REFRESH_MS = 5000;
 const MINUTES = 60;
+const FAILURES = 10;
 
 export async function overview(page) {
   let timer = null;
@@ -16,6 +18,8 @@ export async function overview(page) {
       call("/v1/status"),
       call(`/v1/usage?since=${now - (MINUTES - 1) * 60}&group_by=minute`),
     ]);
+    const failed = await call(`/v1/jobs?status=failed&limit=${FAILURES}`
+                              + (status.scope === "all" ? "&scope=all" : ""));
     const perMinute = lastHour(usage.data, now);
     show(page, el("h1", {}, "Overview"),
          el("p", { class: "muted" }, status.scope === "all" ? "Every key's work."
@@ -25,7 +29,9 @@ export async function overview(page) {
          chart(perMinute),
          el("p", { class: "muted", id: "last-hour" },
             `${perMinute.reduce((sum, count) => sum + count, 0)} in the last hour; refreshed `
-            + `every ${REFRESH_MS / 1000} s while open.`));
+            + `every ${REFRESH_MS / 1000} s while open.`),
+         el("h2", {}, "Recent failures"),
+         failures(failed.data));
   }
   await refresh();
   timer = setInterval(() => refresh().catch(() => {}), REFRESH_MS);
@@ -38,6 +44,17 @@ function lastHour(groups, now) {
     [Date.parse(group.minute.replace(/Z$/, ":00Z")) / 1000, group.jobs]));
   return Array.from({ length: MINUTES }, (_, index) =>
     counts.get(now - (MINUTES - 1 - index) * 60) ?? 0);
+}
+
+function failures(jobs) {
+  if (!jobs.length) return el("p", { id: "failures" }, "None.");
+  return el("table", { id: "failures" },
+    el("thead", {}, el("tr", {}, ...["decision", "finished", "error"]
+      .map(name => el("th", { scope: "col" }, name)))),
+    el("tbody", {}, jobs.map(job => el("tr", {},
+      el("td", {}, el("a", { href: `#/decisions/${job.id}` }, job.id)),
+      el("td", {}, new Date(job.finished_at ?? job.created_at).toLocaleString()),
+      el("td", {}, `${job.error?.error_type ?? ""}: ${job.error?.message ?? ""}`)))));
 }
 
 function lanes(models) {

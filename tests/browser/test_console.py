@@ -48,6 +48,7 @@ def test_a_key_signs_in_and_sees_its_lanes(page, console_server, decided):
     sign_in(page, console_server, KEYS[0])
     assert page.locator("table tbody tr").count() == 2  # the default model's two lanes
     assert page.get_by_text("Your key's work.").is_visible()
+    assert page.locator("#failures").inner_text() == "None."  # no decision of A's failed
     hour = re.match(r"(\d+) in the last hour", page.locator("#last-hour").inner_text())
     assert hour and int(hour.group(1)) >= len(decided)  # the chart's hour holds them
     assert page.errors == []
@@ -141,6 +142,10 @@ def test_a_decision_page_shows_its_state_bars_and_label(page, console_server, de
         client.post(f"/v1/jobs/{job}/labels", json={"answers": {"refund": "yes"}})
     sign_in(page, console_server, KEYS[0])
     page.goto(f"{console_server.url}/console#/decisions")
+    answered = page.get_by_label("answered")
+    answered.select_option("taught")  # every decision here was answered zero-shot
+    page.get_by_text("0 of ").wait_for()
+    answered.select_option("zero-shot")
     page.get_by_role("link", name=job).click()
     page.get_by_role("heading", name=f"Decision {job}").wait_for()
     assert "A-100" in page.locator(".state").inner_text()
