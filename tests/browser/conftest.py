@@ -15,7 +15,7 @@ ADMIN = "key-admin"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def console_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("console-server")
     server = Server(root, {"DECIDE_API_KEYS": ",".join((*KEYS, ADMIN)),
@@ -24,8 +24,11 @@ def console_server(tmp_path_factory):
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """One chromium for a module's tests: Playwright's sync API runs an event loop in this
+    thread while it is open, so it is closed before the process's next module (whose tests
+    may run ``asyncio.run``)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
