@@ -60,3 +60,32 @@ def test_another_keys_sync_call_passes_a_long_rerank(server):
     assert waited < B_BOUND_SECONDS, f"B waited {waited:.1f} s behind A's rerank"
     assert done["status"] == "succeeded"
     assert len(done["result"]["answers"]) == len(DOCUMENTS)
+
+
+EXAMPLES = [{"state": f"Order {number}: " + ("please refund the {0} I returned, it was broken."
+                                             if number % 2 else "when does the {0} arrive?"
+                                             ).format(("kettle", "lamp", "chair")[number % 3]),
+             "answer": "yes" if number % 2 else "no"} for number in range(200)]
+
+
+@pytest.mark.serial  # measures waits against a bound
+def test_another_keys_sync_calls_pass_a_long_fit(server):
+    """Issue 35, item 3: a fit of 200 examples (their decode, then the readout's model fits)
+    lets another key's sync calls in throughout; before, its fitting phase held them (a 504
+    behind 240 examples)."""
+    with server.client(KEYS[0], timeout=600) as a, server.client(KEYS[1]) as b:
+        taught = a.post("/v1/questions", json={"question": NOUL, "examples": EXAMPLES})
+        assert taught.status_code == 202, taught.text
+        taught_id = taught.json()["id"]
+        waits: list[float] = []
+        while a.get(f"/v1/questions/{taught_id}").json()["status"] in ("queued", "fitting"):
+            started = time.monotonic()
+            answered = b.post("/v1/systemone", json={
+                "state": f"Refund order {len(waits)} please.", "questions": {"refund": NOUL}})
+            waits.append(time.monotonic() - started)
+            assert answered.status_code == 200, answered.text
+            time.sleep(0.3)
+        final = a.get(f"/v1/questions/{taught_id}").json()
+    assert final["status"] == "ready", final
+    assert len(waits) >= 10, "the fit ended before B could ask beside it"
+    assert max(waits) < B_BOUND_SECONDS, f"B waited {max(waits):.1f} s beside A's fit"
