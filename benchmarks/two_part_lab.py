@@ -11,7 +11,9 @@ answer slot). Logistic regression (features standardised, C chosen by out-of-fol
 over six folds of the train items) over: the cosine of the two parts, the cosine and the
 query's word overlap with the document, their product, product and absolute difference, the
 whole state's hidden state, and that with the product. Prints out-of-fold figures on the 36
-train items and accuracy on the 36 test items.
+train items and accuracy on the 36 test items, beside the cheap baselines of the same run:
+always the train items' majority answer, zero-shot (the model's own answer), and TF-IDF with
+logistic regression (``benchmarks/taught_baselines.py``'s classifier).
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from taught_baselines import classifier, text  # benchmarks/, this script's own folder
 
 from decide.core.protocol import DecisionRequest
-from decide.core.taught import parse_taught_question
+from decide.core.taught import parse_taught_question, zero_shot_by_answer
 from decide.llm.catalog import load_catalog
 from decide.llm.decoding import load_decoding_engine
 
@@ -63,8 +66,12 @@ def decoded() -> list[dict]:
         item = json.loads(line)
         query, document = item["state"].split("\n\nDocument: ")
         query = query.removeprefix("Query: ")
+        parsed, _ = parse_taught_question(item["question"], "q")
+        zero_shot = engine.decide(DecisionRequest(state=item["state"], questions=(parsed,)))
         rows.append({"split": item["split"], "y": int(item["gold"] == "yes"),
-                     "query": query, "document": document,
+                     "query": query, "document": document, "state": item["state"],
+                     "zero_shot_yes": zero_shot_by_answer(zero_shot.answers["q"],
+                                                          parsed)["yes"] >= 0.5,
                      "whole": hidden(item["state"], item["question"]),
                      "q": hidden("Query: " + query, PART_QUESTION),
                      "d": hidden("Document: " + document, PART_QUESTION)})
@@ -96,6 +103,11 @@ def main() -> None:
     y_train = np.array([row["y"] for row in train])
     y_test = np.array([row["y"] for row in test])
     print(f"{len(train)} train, {len(test)} test items")
+    majority = int(y_train.mean() >= 0.5)
+    tfidf = classifier([text(row["state"]) for row in train], list(y_train))
+    print(f"baselines, test accuracy: majority {np.mean(y_test == majority):.3f}, zero-shot "
+          f"{np.mean([row['zero_shot_yes'] == bool(row['y']) for row in test]):.3f}, TF-IDF "
+          f"{np.mean(tfidf.predict([text(row['state']) for row in test]) == y_test):.3f}")
     print("features               out-of-fold log-loss  accuracy  C       test accuracy")
     folds = StratifiedKFold(6, shuffle=True, random_state=0)
     for kind in FEATURES:
