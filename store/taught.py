@@ -10,6 +10,8 @@ the job ended any other way (a worker that kept crashing, a cancel, retention).
 from __future__ import annotations
 
 import json
+import random
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -117,11 +119,14 @@ def create_taught(db: Engine, *, owner: str, model: str, match_key: str,
         except IntegrityError:
             if attempt == _VERSION_TRIES - 1:
                 raise
+            time.sleep(random.uniform(0, 0.01 * (attempt + 1)))  # let the winners commit
     record = TaughtRecord(**{**values, "question": question, "examples": examples})
     return record, job_record(job_row)
 
 
-_VERSION_TRIES = 5
+_VERSION_TRIES = 20
+"""N teachings of one question at once need up to N tries for the last (each round one wins);
+a little jittered wait between tries spreads them out."""
 
 
 def _next_version(connection: Connection, owner: str, match_key: str) -> int:
@@ -298,11 +303,7 @@ def save_labels(db: Engine, *, job_id: str, owner: str,
 
 def job_labels_of(db: Engine, *, job_id: str, owner: str) -> dict[str, Any]:
     """The right answers recorded for a past decision: question key → answer."""
-    query = (select(job_labels.c.question_key, job_labels.c.answer)
-             .where(job_labels.c.job_id == job_id, job_labels.c.owner == owner)
-             .order_by(job_labels.c.question_key))
-    with db.connect() as connection:
-        return {row.question_key: json.loads(row.answer) for row in connection.execute(query)}
+    return labels_of_jobs(db, job_ids=[job_id], owner=owner).get(job_id, {})
 
 
 def labels_of_jobs(db: Engine, *, job_ids: list[str],
