@@ -147,6 +147,12 @@ def check_lane(ctx: ApiContext, model: str, priority: str, rows: int) -> None:
                    headers={"Retry-After": str(retry)})
 
 
+def job_reader(ctx: ApiContext, owner: str) -> str | None:
+    """Whose jobs the caller may read: its own, or every key's (None) for an admin key; the
+    ``owner`` to give ``owned_job`` and the store's reads."""
+    return None if ctx.auth.sees_everyone(owner) else owner
+
+
 def owned_job(ctx: ApiContext, job_id: str, owner: str | None) -> jobs.JobRecord:
     """The job if ``owner`` owns it (None: whoever does, an admin's read); else a 404."""
     job = job_reads.get_job(ctx.db, job_id, owner)

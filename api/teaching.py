@@ -13,7 +13,7 @@ from decide.api.context import ApiContext
 from decide.api.errors import invalid, not_found
 from decide.api.intake import Intake, Stored, take_in
 from decide.api.quotas import Admission
-from decide.api.submit import check_lane, owned_job
+from decide.api.submit import check_lane, job_reader, owned_job
 from decide.api.taught import (
     check_examples,
     check_label_answers,
@@ -144,7 +144,7 @@ def label(ctx: ApiContext, owner: str, job_id: str, body: Any) -> dict[str, Any]
 
 def labels_of(ctx: ApiContext, owner: str, job_id: str) -> dict[str, Any]:
     """The labels of a decision: its owner's, or any key's for an admin key."""
-    job = owned_job(ctx, job_id, None if ctx.auth.sees_everyone(owner) else owner)
+    job = owned_job(ctx, job_id, job_reader(ctx, owner))
     if job.kind != jobs.DECISION:
         raise not_found(f"no job {job_id!r}")
     return {"job_id": job_id, "object": "labels",

@@ -19,6 +19,7 @@ from decide.api.submit import (
     checked_idempotency_key,
     checked_metadata,
     checked_priority,
+    job_reader,
     owned_job,
 )
 from decide.api.views import job_view
@@ -56,19 +57,14 @@ async def submit_job(request: Request, ctx: Context, owner: Owner,
                         headers={"Location": f"/v1/jobs/{job.id}", "X-Job-Id": job.id, **rate})
 
 
-def reader(ctx: ApiContext, owner: str) -> str | None:
-    """Whose jobs the caller may read: its own, or every key's (None) for an admin key."""
-    return None if ctx.auth.sees_everyone(owner) else owner
-
-
 @router.get("/v1/jobs/{job_id}", responses=responses({200: JobSchema}))
 async def read_job(job_id: str, ctx: Context, owner: Owner,
                    wait: Annotated[float | None, Query(ge=0, le=MAX_WAIT_SECONDS)] = None
                    ) -> dict[str, Any]:
     if not wait:
-        job = await run_in_threadpool(owned_job, ctx, job_id, reader(ctx, owner))
+        job = await run_in_threadpool(owned_job, ctx, job_id, job_reader(ctx, owner))
     else:  # the wait's own first read tells whether the job is ours: one read, not two
-        if reader(ctx, owner) is None:  # an admin waits on whoever's job it is
+        if job_reader(ctx, owner) is None:  # an admin waits on whoever's job it is
             owner = (await run_in_threadpool(owned_job, ctx, job_id, None)).owner
         job = await wait_finished(ctx, job_id, owner, wait)
         if job is None:
@@ -87,8 +83,8 @@ def _with_labels(ctx: ApiContext, job: jobs.JobRecord) -> dict[str, Any]:
 @router.get("/v1/jobs/{job_id}/request")
 async def read_job_request(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
     """The System One body a decision was asked with (its state and questions), for the person
-    who checks it (the console); the job's owner only."""
-    job = await run_in_threadpool(job_reads.get_job, ctx.db, job_id, reader(ctx, owner),
+    who checks it (the console); the job's owner, or an admin key."""
+    job = await run_in_threadpool(job_reads.get_job, ctx.db, job_id, job_reader(ctx, owner),
                                   with_request=True)
     if job is None or job.kind != jobs.DECISION:
         raise not_found(f"no job {job_id!r}")
