@@ -108,7 +108,7 @@ class _Server:
         """Load the model, decode the probe, and say what was found."""
         from decide.llm.build_info import build_info
         from decide.llm.catalog import gguf_path
-        from decide.runner.probe import host_info, run_probe
+        from decide.runner.probe import host_info, run_probe, warm_nested_reads
 
         config = self._catalog.get(model)
         name = config.name
@@ -122,6 +122,7 @@ class _Server:
                                          and "LLAMA_CPP_LIB_PATH" in os.environ):
             _segfault()
         probe = run_probe(engine)
+        probe["nested_warm_ms"] = warm_nested_reads(engine)
         taught_ms = self._ready_to_read_taught(name, gguf_path(config, self._settings))
         return {"model": name, "path": str(gguf_path(config, self._settings)),
                 "load_ms": round(loaded_ms, 1), "taught_ready_ms": taught_ms,

@@ -104,3 +104,27 @@ def test_reads_nested_deeper_share_the_second_set_of_contexts(default_engine):
     assert sorted(sets_by_depth) == [1, 2, 3]
     assert sets_by_depth[2] == sets_by_depth[3] != sets_by_depth[1]
     assert len(levels.all()) == 2
+
+
+def test_a_started_runner_has_made_the_second_set_of_contexts(settings):
+    """The runner decodes its probe nested once before it says ready
+    (``runner.probe.warm_nested_reads``), so the first call let in beside a long job makes no
+    context (issue 35: it cost 3 to 6 times an idle call)."""
+    from decide.llm.catalog import load_catalog
+    from decide.llm.decoding import load_decoding_engine
+    from decide.runner.probe import warm_nested_reads
+
+    loaded = load_decoding_engine(load_catalog(settings).get(None), settings)
+    try:
+        levels = loaded.reader._levels
+        assert len(levels.all()) == 1
+        assert warm_nested_reads(loaded.engine) > 0
+        assert len(levels.all()) == 2 and levels.all()[1].contexts()
+        made = [id(context) for context in levels.all()[1].contexts()]
+        inner = loaded.engine.plan(INNER)
+        outer = loaded.engine.plan(OUTER)
+        loaded.reader.read(outer.prefix, outer.rows,
+                           lambda: loaded.reader.read(inner.prefix, inner.rows))
+        assert [id(context) for context in levels.all()[1].contexts()] == made
+    finally:
+        loaded.close()
