@@ -88,7 +88,7 @@ def decoded(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for item in items:
         question, _ = parse_taught_question(item["question"], "q")
         assert question is not None
-        key = hashlib.sha256(json.dumps([identity, item["state"], item["question"]],
+        key = hashlib.sha256(json.dumps([identity, item["state"], item["question"], "middle"],
                                         sort_keys=True).encode()).hexdigest()[:32]
         path = CACHE / f"{key}.json"
         if not path.exists():
@@ -98,7 +98,7 @@ def decoded(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                      hidden_for=frozenset({"q"})))
             by_answer = zero_shot_by_answer(decision.answers["q"], question)
             path.write_text(json.dumps({"hidden": list(decision.hidden["q"]),
-                                        "zero_shot": by_answer}))
+                                        "middle": decision.middle, "zero_shot": by_answer}))
         stored = json.loads(path.read_text())
         # a choice's options in one order for every item of the question (the items list
         # them in various orders): the names sorted
@@ -106,7 +106,7 @@ def decoded(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 else answer_keys(question))
         gold = answer_index(question, item["gold"] if question.type != "noul"
                             else ("yes" if item["gold"] in (True, "yes") else "no"))
-        found.append({**item, "hidden": stored["hidden"],
+        found.append({**item, "hidden": stored["hidden"], "middle": stored["middle"],
                       "zero_shot": [stored["zero_shot"][key] for key in keys],
                       "key": match_key("", question),
                       "y": keys.index(answer_keys(question)[gold]),
@@ -114,21 +114,25 @@ def decoded(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def fitted(train: list[dict[str, Any]], k: int, ordinal: bool, *, with_states: bool):
-    """The service's fit on ``train``: (its gate passed, predict(rows))."""
+def fitted(train: list[dict[str, Any]], k: int, ordinal: bool, *, with_states: bool,
+           with_middle: bool = False):
+    """The service's fit on ``train``: (its gate passed, predict(rows)); ``with_middle``: the
+    middle layer's readout among its choices (the service's since issue 34's layers)."""
     keys = train[0]["keys"]
     result = fit_module.fit_readout(
         "tq_lab", np.array([row["hidden"] for row in train]), [row["y"] for row in train],
         keys, ordinal=ordinal, zero_shot=np.array([row["zero_shot"] for row in train]),
-        states=[row["state"] for row in train] if with_states else None)
+        states=[row["state"] for row in train] if with_states else None,
+        middle=np.array([row["middle"] for row in train]) if with_middle else None)
     readout = result.readout
-    if with_states:
+    if with_middle:
         READS[readout.reads] += 1
 
     def predict(rows: list[dict[str, Any]]) -> np.ndarray:
         return np.array([readout.answer_probabilities(row["hidden"],
                                                       dict(zip(keys, row["zero_shot"])),
-                                                      row["state"]) for row in rows])
+                                                      row["state"], middle=row["middle"])
+                         for row in rows])
 
     return result.figures["gate"]["used"], predict
 
@@ -160,8 +164,11 @@ def run(train_rows, test_rows, size: int) -> dict[str, dict[str, Any]]:
             continue
         k, ordinal = len(rows[0]["keys"]), rows[0]["ordinal"]
         ways = {"zero-shot": np.array([row["zero_shot"] for row in test])}
-        for way, with_states in (("hidden", False), ("taught", True)):
-            used, predict = fitted(chosen, k, ordinal, with_states=with_states)
+        for way, with_states, with_middle in (("hidden", False, False),
+                                              ("last layer + words", True, False),
+                                              ("taught", True, True)):
+            used, predict = fitted(chosen, k, ordinal, with_states=with_states,
+                                   with_middle=with_middle)
             ways[way] = predict(test) if used else ways["zero-shot"]
         ways["tf-idf"] = lexical_baseline(chosen, k)(test)
         for way, probabilities in ways.items():
@@ -197,11 +204,11 @@ def main() -> None:
     train, test = items_of(args.set)
     train_rows, test_rows = decoded(train), decoded(test)
     print(f"set {args.set}: {len(train_rows)} train items, {len(test_rows)} test items")
-    print("size  readout     accuracy  ECE     log-loss  by domain")
+    print("size  readout            accuracy  ECE     log-loss  by domain")
     for size in args.sizes:
         for way, figures in run(train_rows, test_rows, size).items():
             domains = " ".join(f"{d} {v:.2f}" for d, v in figures["by_domain"].items())
-            print(f"{size:<5} {way:<11} {figures['accuracy']:.3f}     {figures['ece']:.3f}   "
+            print(f"{size:<5} {way:<18} {figures['accuracy']:.3f}     {figures['ece']:.3f}   "
                   f"{figures['log_loss']:.3f}     {domains}")
         print("      taught reads:", dict(READS))
         READS.clear()

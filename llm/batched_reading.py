@@ -15,6 +15,7 @@ from decide.llm.batched import Entry, batched_rounds, cut, entries, round_plan
 from decide.llm.gguf import GgufModel
 from decide.llm.llama_context import LlamaContext
 from decide.llm.log_softmax import LogSoftmax
+from decide.llm.middle_tap import MiddleTap
 from decide.llm.packing import Batch, Item
 
 OPTION_SEQUENCES = 128
@@ -41,6 +42,7 @@ class BatchedReading:
     def _run(self, context: LlamaContext, count: int, where: str) -> None: ...
     def _between_batches(self, before_row: Callable[[], None] | None
                          ) -> Callable[[], None] | None: ...
+    def _tap(self) -> MiddleTap | None: ...
 
     def _batched_labels(self) -> LlamaContext:
         """The batched plan's context for label rows: on a CPU many sequences without flash
@@ -52,7 +54,8 @@ class BatchedReading:
         if self._multi_labels is None:
             self._multi_labels = LlamaContext(self.model, cells=self.context_size + SPARE_CELLS,
                                               threads=self.threads, batch_size=self.batch_size,
-                                              sequences=OPTION_SEQUENCES, flash_attention=False)
+                                              sequences=OPTION_SEQUENCES, flash_attention=False,
+                                              tap=self._tap())
         return self._multi_labels
 
     def _decode_batches(self, context: LlamaContext, batches: Sequence[Batch], *, used: int,

@@ -9,6 +9,7 @@ second set of contexts (level 2), made on first use. A read nested deeper than t
 level 2's contexts and lets others in only between its rounds, where its contexts hold nothing
 but its prefix (which the next round decodes again if another read replaced it), as every read
 did before levels: so at most two sets exist, and the second only where nesting happened.
+Reads of taught questions use sets of their own, made alike (``ContextLevels``).
 
 Each context computes a batch from its own cache only, so a round finishes with the same bits
 whatever ran in the other set meanwhile.
@@ -20,8 +21,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from decide.llm.gguf import GgufModel
 from decide.llm.llama_context import LlamaContext
 from decide.llm.log_softmax import LogSoftmax
+from decide.llm.middle_tap import MiddleTap
 
 LEVELS = 2
 """Context sets at most: the outermost read's, and one for every read nested in it."""
@@ -50,27 +53,38 @@ class ContextLevel:
 
 
 class ContextLevels:
-    """The reader's context sets and how deep the read in progress is nested."""
+    """The reader's context sets and how deep the read in progress is nested.
+
+    Two families of sets: the plain one, and the tapped one (``llm.middle_tap``), whose
+    contexts read a middle layer as they decode a state; only reads that want it (taught
+    questions and their fits) decode in it, so no other read pays for the tap's callback.
+    A level is a depth of nesting whichever family each read uses."""
 
     def __init__(self) -> None:
-        self._levels = [ContextLevel()]
+        self._families: dict[bool, list[ContextLevel]] = {False: [ContextLevel()], True: []}
         self.depth = 0
+        self.tapped = False
+        """Whether the read in progress decodes in the tapped family."""
 
     @contextmanager
-    def entered(self) -> Iterator[None]:
-        """One read: the next level while it runs."""
+    def entered(self, tapped: bool = False) -> Iterator[None]:
+        """One read: the next level while it runs, in the tapped family if ``tapped``."""
         self.depth += 1
-        if len(self._levels) < min(self.depth, LEVELS):
-            self._levels.append(ContextLevel())
+        outer, self.tapped = self.tapped, tapped
+        family = self._families[tapped]
+        while len(family) < min(self.depth, LEVELS):
+            family.append(ContextLevel())
         try:
             yield
         finally:
             self.depth -= 1
+            self.tapped = outer
 
     @property
     def current(self) -> ContextLevel:
-        """The contexts of the read in progress (the first set outside any read)."""
-        return self._levels[min(max(self.depth, 1), LEVELS) - 1]
+        """The contexts of the read in progress (the first plain set outside any read)."""
+        family = self._families[self.tapped]
+        return family[min(max(self.depth, 1), LEVELS) - 1]
 
     @property
     def owns_its_contexts(self) -> bool:
@@ -79,13 +93,35 @@ class ContextLevels:
         return self.depth == 1
 
     def all(self) -> list[ContextLevel]:
-        return list(self._levels)
+        """Every set made so far, the plain family's first."""
+        return [*self._families[False], *self._families[True]]
+
+    def of(self, *, tapped: bool) -> list[ContextLevel]:
+        """One family's sets, by level."""
+        return list(self._families[tapped])
 
 
 class LevelledContexts:
     """The reader's view of the current level (a part of ``llm.reader.LlamaReader``)."""
 
     _levels: ContextLevels
+    model: GgufModel
+
+    def _labels(self) -> LlamaContext: ...
+    def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...]) -> None: ...
+
+    def _prefix_middle(self, prefix: tuple[int, ...]) -> list[float]:
+        """The state's mean at the tap's layer, from the one-sequence context whatever the
+        request's rows (so its bits never depend on its companions); a label row decodes
+        there next without decoding the state again."""
+        context = self._labels()
+        self._ensure_prefix(context, prefix)
+        assert context.prefix_middle is not None
+        return context.prefix_middle
+
+    def _tap(self) -> MiddleTap | None:
+        """A new context's tap: one in the tapped family, else none."""
+        return MiddleTap(self.model.layers) if self._levels.tapped else None
 
     @property
     def _single(self) -> LlamaContext | None:

@@ -77,6 +77,10 @@ class GgufModel:
     def vocab_size(self) -> int:
         return int(llama_cpp.llama_vocab_n_tokens(self.vocab))
 
+    @property
+    def layers(self) -> int:
+        return int(llama_cpp.llama_model_n_layer(self.pointer))
+
     def close(self) -> None:
         if self.pointer:
             llama_cpp.llama_model_free(self.pointer)

@@ -3,10 +3,14 @@ state prefix cached in its sequence 0."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import llama_cpp
 import numpy as np
 
 from decide.llm.gguf import GgufModel
+from decide.llm.middle_tap import MiddleTap
 
 
 class DecodeError(RuntimeError):
@@ -14,10 +18,12 @@ class DecodeError(RuntimeError):
 
 
 class LlamaContext:
-    """One llama.cpp context, its batch and the prefix cached in its sequence 0."""
+    """One llama.cpp context, its batch and the prefix cached in its sequence 0; with a
+    ``tap`` (``llm.middle_tap``), the prefix's mean at a middle layer too."""
 
     def __init__(self, model: GgufModel, *, cells: int, threads: int, batch_size: int,
-                 sequences: int, flash_attention: bool | None) -> None:
+                 sequences: int, flash_attention: bool | None,
+                 tap: MiddleTap | None = None) -> None:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = cells
         params.n_batch = params.n_ubatch = batch_size
@@ -29,6 +35,8 @@ class LlamaContext:
                                       else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         params.kv_unified = True
         params.no_perf = True
+        if tap is not None:
+            params.cb_eval = tap.callback
         context = llama_cpp.llama_init_from_model(model.pointer, params)
         if not context:
             raise DecodeError(f"model {model.name!r}: llama.cpp could not create a context of "
@@ -50,14 +58,27 @@ class LlamaContext:
         for row in self.seq_ids:
             row[0] = 0
         self.prefix: tuple[int, ...] | None = None
+        self.tap = tap
+        self.prefix_middle: list[float] | None = None
+        """The cached prefix's mean at the tap's layer (a tapped context only)."""
 
     def clear(self) -> None:
         """Drop every cell. Only the cache's bookkeeping is reset (``data=False``): zeroing the
         whole buffer costs milliseconds per request, and stale cells never count, since
         attention masks every cell no sequence holds (flash attention skips them; otherwise
         exp(-inf) = 0, and 0 times a finite value adds exactly 0)."""
-        self.prefix = None
+        self.prefix = self.prefix_middle = None
         llama_cpp.llama_memory_clear(self.memory, False)
+
+    @contextmanager
+    def prefix_tapped(self) -> Iterator[None]:
+        """Around the decode of a new prefix: a tapped context keeps its middle layer's mean
+        (``prefix_middle``)."""
+        if self.tap is not None:
+            self.tap.arm()
+        yield
+        if self.tap is not None:
+            self.prefix_middle = self.tap.mean()
 
     def decode(self, count: int) -> int:
         """Decode the batch's first ``count`` tokens; llama.cpp's status (0: done)."""

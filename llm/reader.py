@@ -108,7 +108,8 @@ class LlamaReader(LevelledContexts, BatchedReading):
             level.single = LlamaContext(self.model, cells=self.context_size,
                                         threads=self.threads, batch_size=self.batch_size,
                                         sequences=1,
-                                        flash_attention=False if self.gpu_offload == 0 else None)
+                                        flash_attention=False if self.gpu_offload == 0 else None,
+                                        tap=self._tap())
         return level.single
 
     def _options(self) -> LlamaContext:
@@ -117,14 +118,22 @@ class LlamaReader(LevelledContexts, BatchedReading):
         if level.multi is None:
             level.multi = LlamaContext(self.model, cells=self.context_size + SPARE_CELLS,
                                        threads=self.threads, batch_size=self.batch_size,
-                                       sequences=OPTION_SEQUENCES, flash_attention=True)
+                                       sequences=OPTION_SEQUENCES, flash_attention=True,
+                                       tap=self._tap())
         return level.multi
+
+    reads_middle = True  # ``read`` reports the state's mean at a middle layer (``middle``)
 
     def read(self, prefix: Sequence[int], rows: Sequence[Row],
              before_row: Callable[[], None] | None = None, *,
              hidden: dict[int, list[float]] | None = None,
-             exact: bool = False) -> list[list[float]]:
-        with self._levels.entered():
+             exact: bool = False, middle: list[list[float]] | None = None) -> list[list[float]]:
+        """Each row's label logits or option log-probabilities; ``hidden`` (row index →) gets
+        the hidden state at answer slots, ``middle`` the state's mean at a middle layer
+        (``llm.middle_tap``: the read decodes in the tapped contexts, to the same bits)."""
+        with self._levels.entered(tapped=middle is not None):
+            if middle is not None:
+                middle.append(self._prefix_middle(tuple(prefix)))
             return self._read(tuple(prefix), rows, before_row, hidden, exact)
 
     def _read(self, prefix: tuple[int, ...], rows: Sequence[Row],
@@ -344,7 +353,8 @@ class LlamaReader(LevelledContexts, BatchedReading):
         if context is self._single:
             self._set_piece(None, None)
         context.clear()
-        self._decode(context, prefix, start=0)
+        with context.prefix_tapped():
+            self._decode(context, prefix, start=0)
         context.prefix = prefix
 
     def _decode(self, context: LlamaContext, tokens: Sequence[int], *, start: int,

@@ -135,13 +135,18 @@ class _Server:
         """What a taught answer or a fit needs once per process, made before the runner says
         it is ready (about a second on 2 cores), so the first one after a start costs what
         later ones do: the file's identity, and the head rows that give the hidden state
-        back (``llm.hidden``; a model whose head cannot be read is taught nothing)."""
+        back (``llm.hidden``; a model whose head cannot be read is taught nothing), and the
+        contexts taught reads decode in (the probe read as a taught question's is)."""
+        from decide.core.errors import DecideError
         from decide.llm.hidden import HiddenProjection, HiddenStateUnavailable
+        from decide.runner.probe import warm_taught_reads
 
         started = time.perf_counter()
         self.identity(model)
         with contextlib.suppress(HiddenStateUnavailable, OSError):
             HiddenProjection.of(path)
+            with contextlib.suppress(DecideError):
+                warm_taught_reads(self.engine_for(model))
         return round((time.perf_counter() - started) * 1000, 1)
 
     def serve(self) -> None:

@@ -13,6 +13,7 @@ import math
 import platform
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,14 @@ def warm_nested_reads(engine: DecisionEngine) -> float:
     engine.decide(request, let_in)
     check_values(engine.model_name, nested[0])
     return round((time.perf_counter() - started) * 1000, 1)
+
+
+def warm_taught_reads(engine: DecisionEngine) -> None:
+    """Decode the probe as a fit reads an example (its hidden state and middle layer asked
+    for), so the contexts taught reads decode in (``llm.context_levels``) exist before the
+    first taught answer."""
+    request = parse_request({**PROBE_REQUEST, "model": engine.model_name})
+    engine.decide(replace(request, hidden_for=frozenset({request.questions[0].id})))
 
 
 def host_info() -> dict[str, Any]:

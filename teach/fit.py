@@ -18,10 +18,14 @@ import numpy as np
 from decide.core.taught import (
     ALWAYS,
     AUTO,
+    LEXICAL_READS,
+    MIDDLE_READS,
     ORDINAL,
     READS_BOTH,
     READS_HIDDEN,
     READS_LEXICAL,
+    READS_MIDDLE,
+    READS_MIDDLE_LEXICAL,
     SOFTMAX,
     TaughtReadout,
     zero_shot_feature,
@@ -60,18 +64,30 @@ class _Chosen:
     log_losses: dict[str, float]
 
 
-def _choose_reads(hidden: np.ndarray, lexical: LexicalFit | None, y: np.ndarray) -> _Chosen:
-    """Hidden, lexical or both, whichever's out-of-fold log-loss is lowest (hidden on a tie):
-    on the project's set this lifted the served accuracy at 10 and 40 examples per question,
-    and never lowered it (EVALUATION.md)."""
-    ways = {READS_HIDDEN: hidden}
+def _choose_reads(dense: dict[str, np.ndarray], lexical: LexicalFit | None,
+                  y: np.ndarray) -> _Chosen:
+    """Whichever way of reading has the lowest out-of-fold log-loss (the first on a tie, the
+    hidden state first): ``dense``, each dense readout's out-of-fold probabilities (the hidden
+    state's, and the middle layer's where the reader reports it), the lexical readout's, and
+    each dense one with the lexical as a product of experts. On the project's set the lexical
+    readout lifted the served accuracy at 10 and 40 examples per question and never lowered it;
+    the middle layer lifted both sets (EVALUATION.md)."""
+    ways = dict(dense)
     if lexical is not None:
         ways[READS_LEXICAL] = lexical.out_of_fold
-        ways[READS_BOTH] = combined(hidden, lexical.out_of_fold)
+        ways[READS_BOTH] = combined(dense[READS_HIDDEN], lexical.out_of_fold)
+        if READS_MIDDLE in dense:
+            ways[READS_MIDDLE_LEXICAL] = combined(dense[READS_MIDDLE], lexical.out_of_fold)
     losses = {name: log_loss(found, y) for name, found in ways.items()}
     reads = min(losses, key=lambda name: losses[name])
     return _Chosen(reads, ways[reads], {name: round(value, 4)
                                         for name, value in losses.items()})
+
+
+def _dense_of(reads: str) -> str:
+    """The dense features a way of reading fits its model on: the middle layer's, or the hidden
+    state's (the lexical readout alone fits one too, unused)."""
+    return READS_MIDDLE if reads in MIDDLE_READS else READS_HIDDEN
 
 
 def _hidden_fit(x: np.ndarray, y: np.ndarray, k: int,
@@ -90,18 +106,21 @@ def _hidden_fit(x: np.ndarray, y: np.ndarray, k: int,
 
 def _predicted(reads: str, model: Model, lexical: LexicalFit | None, x: np.ndarray,
                states: Sequence[Any]) -> np.ndarray:
-    hidden = model.predict(x)
-    if reads == READS_HIDDEN or lexical is None:
-        return hidden
+    """What a readout fitted to read ``reads`` gives ``x`` (its dense features: the hidden
+    state's or the middle layer's, as ``_dense_of`` says) and ``states``."""
+    dense = model.predict(x)
+    if reads not in LEXICAL_READS or lexical is None:
+        return dense
     words = lexical_probabilities(lexical.readout, states)
-    return words if reads == READS_LEXICAL else combined(hidden, words)
+    return words if reads == READS_LEXICAL else combined(dense, words)
 
 
 def fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
                 answers: Sequence[str], *, ordinal: bool,
                 zero_shot: np.ndarray | None = None, model_identity: str = "",
                 use: str = AUTO, between: Callable[[], None] | None = None,
-                states: Sequence[Any] | None = None) -> Fitted:
+                states: Sequence[Any] | None = None,
+                middle: np.ndarray | None = None) -> Fitted:
     """``_fit_readout``, with ``between`` called before each of its model fits (hundreds:
     every penalty's every fold, the learning curve's): a worker runs waiting foreground work
     there, and a cancel stops the fit, as between a decode's rows."""
@@ -109,7 +128,7 @@ def fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
     try:
         return _fit_readout(taught_id, hidden, labels, answers, ordinal=ordinal,
                             zero_shot=zero_shot, model_identity=model_identity, use=use,
-                            states=states)
+                            states=states, middle=middle)
     finally:
         regression.BETWEEN_FITS.reset(token)
 
@@ -133,13 +152,15 @@ def _example_figures(y: np.ndarray, answers: Sequence[str]) -> dict[str, Any]:
 def _fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
                  answers: Sequence[str], *, ordinal: bool,
                  zero_shot: np.ndarray | None = None, model_identity: str = "",
-                 use: str = AUTO, states: Sequence[Any] | None = None) -> Fitted:
+                 use: str = AUTO, states: Sequence[Any] | None = None,
+                 middle: np.ndarray | None = None) -> Fitted:
     """Fit on ``hidden`` (examples × hidden size) and ``labels`` (answer indices); with
     ``zero_shot`` (the zero-shot readout's probabilities, examples × answers), each answer's
     zero-shot log-probability is read as a feature too (it lifted the cross-validated accuracy
-    on the project's calibration set: EVALUATION.md); with ``states`` (the examples' states),
-    a lexical readout is fitted too, and the readout reads the hidden state, the terms, or
-    both, whichever cross-validates best (``reads``).
+    on the project's calibration set: EVALUATION.md); with ``middle`` (each example's state
+    averaged at a middle layer), a readout of that in place of the hidden state is
+    cross-validated too; with ``states`` (the examples' states), a lexical readout is fitted
+    too, and the readout reads whichever way cross-validates best (``reads``).
 
     ``ordinal`` (score levels): an ordinal cumulative-logit readout and a softmax are both
     cross-validated, and the one with the lower log-loss is kept (measured on the project's
@@ -150,21 +171,22 @@ def _fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
     on the same examples, a learning curve, the gate (``gate``: whether it answers, and why;
     ``use`` ``always`` overrides it), and the time the fit took."""
     started = time.perf_counter()
-    x = _features(hidden, zero_shot)
-    uses_zero_shot = zero_shot is not None
+    vectors = {READS_HIDDEN: _features(hidden, zero_shot)}
+    if middle is not None:
+        vectors[READS_MIDDLE] = _features(middle, zero_shot)
     y = np.asarray(labels, dtype=np.int64)
     k = len(answers)
     zero = None if zero_shot is None else np.asarray(zero_shot)
-    kind, penalty, out_of_fold, kinds = _hidden_fit(x, y, k,
-                                                    (ORDINAL, SOFTMAX) if ordinal
-                                                    else (SOFTMAX,))
-    ordinal = kind == ORDINAL
+    fits = {name: _hidden_fit(x, y, k, (ORDINAL, SOFTMAX) if ordinal else (SOFTMAX,))
+            for name, x in vectors.items()}
     lexical = None if states is None else fit_lexical(states, y, k)
-    chosen = _choose_reads(out_of_fold, lexical, y)
-    model = Model.fit(x, y, k, ordinal=ordinal, penalty=penalty)
+    chosen = _choose_reads({name: fit[2] for name, fit in fits.items()}, lexical, y)
+    dense = _dense_of(chosen.reads)
+    kind, penalty, _, kinds = fits[dense]
+    model = Model.fit(vectors[dense], y, k, ordinal=kind == ORDINAL, penalty=penalty)
     readout = replace(model.readout(taught_id, answers, model_identity),
-                      uses_zero_shot=uses_zero_shot, reads=chosen.reads,
-                      lexical=None if lexical is None or chosen.reads == READS_HIDDEN
+                      uses_zero_shot=zero_shot is not None, reads=chosen.reads,
+                      lexical=None if lexical is None or chosen.reads not in LEXICAL_READS
                       else lexical.readout)
     figures = {
         **_example_figures(y, answers),
@@ -173,15 +195,16 @@ def _fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
         "reads": chosen.reads,
         "reads_log_loss": chosen.log_losses,
         "hidden_size": int(np.asarray(hidden).shape[1]),
-        "features": int(x.shape[1]),
+        **({} if middle is None else {"middle_size": int(np.asarray(middle).shape[1])}),
+        "features": int(vectors[dense].shape[1]),
         "penalty": penalty,
         **({} if lexical is None else {"lexical_terms": len(lexical.readout.terms),
                                        "lexical_penalty": lexical.penalty}),
         "folds": regression.fold_count(y),
         "taught": scores(chosen.out_of_fold, y),
         "zero_shot": None if zero is None else scores(zero, y),
-        "learning_curve": learning_curve(x, y, k, ordinal=ordinal, zero_shot=zero,
-                                         states=states),
+        "learning_curve": learning_curve(vectors, y, k, ordinal=kind == ORDINAL,
+                                         zero_shot=zero, states=states),
         "gate": gate(chosen.out_of_fold, zero, y, use=use),
     }
     figures["fit_ms"] = round((time.perf_counter() - started) * 1000, 1)
@@ -251,26 +274,31 @@ def curve_subset(y: np.ndarray, size: int) -> np.ndarray:
     return np.array(sorted(chosen), dtype=np.int64)
 
 
-def learning_curve(x: np.ndarray, y: np.ndarray, k: int, *, ordinal: bool,
+def learning_curve(vectors: dict[str, np.ndarray], y: np.ndarray, k: int, *, ordinal: bool,
                    zero_shot: np.ndarray | None = None,
                    states: Sequence[Any] | None = None) -> list[dict[str, Any]]:
     """For each size below the examples given: a readout fitted on that many as the whole fit
-    is (penalties and what it reads chosen by cross-validation within them), scored on all
-    the other examples. With ``zero_shot``, each point also scores the zero-shot readout on
-    them and the answers served (``served``: the taught readout's where the gate, judged on
-    the fitted examples alone, passes; else zero-shot's)."""
+    is (penalties and what it reads chosen by cross-validation within them; ``vectors``: the
+    dense features, the hidden state's and the middle layer's), scored on all the other
+    examples. With ``zero_shot``, each point also scores the zero-shot readout on them and the
+    answers served (``served``: the taught readout's where the gate, judged on the fitted
+    examples alone, passes; else zero-shot's)."""
     points = []
     for size in CURVE_SIZES:
         if size >= len(y):
             break
         chosen = curve_subset(y, size)
         rest = np.setdiff1d(np.arange(len(y)), chosen)
-        penalty, out_of_fold = choose_penalty(x[chosen], y[chosen], k, ordinal=ordinal)
-        model = Model.fit(x[chosen], y[chosen], k, ordinal=ordinal, penalty=penalty)
+        penalties = {name: choose_penalty(x[chosen], y[chosen], k, ordinal=ordinal)
+                     for name, x in vectors.items()}
         lexical = (None if states is None
                    else fit_lexical([states[index] for index in chosen], y[chosen], k))
-        reads = _choose_reads(out_of_fold, lexical, y[chosen])
-        taught = _predicted(reads.reads, model, lexical, x[rest],
+        reads = _choose_reads({name: found[1] for name, found in penalties.items()}, lexical,
+                              y[chosen])
+        dense = _dense_of(reads.reads)
+        model = Model.fit(vectors[dense][chosen], y[chosen], k, ordinal=ordinal,
+                          penalty=penalties[dense][0])
+        taught = _predicted(reads.reads, model, lexical, vectors[dense][rest],
                             [] if states is None else [states[index] for index in rest])
         point: dict[str, Any] = {"examples": size, "held_out": len(rest), "reads": reads.reads,
                                  **scores(taught, y[rest])}

@@ -108,7 +108,7 @@ def fit_examples(taught_id: str, question: Question, examples: list[dict[str, An
     ``taught`` is False)."""
     started = time.perf_counter()
     keys = answer_keys(question)
-    hidden, labels, zero_shot = [], [], []
+    hidden, labels, zero_shot, middle = [], [], [], []
     tokens, identity = 0, ""
     for number, example in enumerate(examples):
         index = answer_index(question, example["answer"])
@@ -122,6 +122,7 @@ def fit_examples(taught_id: str, question: Question, examples: list[dict[str, An
         except InvalidRequest as refused:
             raise FitFailed(f"example {number}: {refused}") from refused
         hidden.append(decision.hidden[question.id])
+        middle.append(decision.middle)
         labels.append(index)
         by_answer = zero_shot_by_answer(decision.answers[question.id], question)
         zero_shot.append([by_answer[key] for key in keys])
@@ -132,7 +133,9 @@ def fit_examples(taught_id: str, question: Question, examples: list[dict[str, An
                          ordinal=isinstance(question, ScoreQuestion),
                          zero_shot=np.array(zero_shot), model_identity=identity, use=use,
                          between=before_row,
-                         states=[example["state"] for example in examples])
+                         states=[example["state"] for example in examples],
+                         middle=(np.array(middle) if all(row is not None for row in middle)
+                                 else None))
     figures = {**fitted.figures, "decode_ms": round((decoded - started) * 1000, 1),
                "seconds": round(time.perf_counter() - started, 3)}
     return fitted, figures, tokens

@@ -48,6 +48,9 @@ class Reading:
     priors: list[list[float]]
     hidden: dict[str, list[float]] = field(default_factory=dict)
     """The hidden state at the answer slot of each question that asked for it."""
+    middle: list[float] | None = None
+    """The state's mean at a middle layer, where a question asked for its hidden state and the
+    reader reports it (``llm.middle_tap``)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class Decision:
     rows_by_type: dict[str, int] = field(default_factory=dict, compare=False)
     hidden: dict[str, list[float]] = field(default_factory=dict, compare=False)
     """The hidden state at the answer slot of each question in ``hidden_for`` (fitting)."""
+    middle: list[float] | None = field(default=None, compare=False)
+    """The state's mean at a middle layer, with ``hidden`` where the reader reports it."""
     model_identity: str = field(default="", compare=False)
     """The model file's identity, where the runner reports it (with ``hidden``)."""
     build: str = field(default="", compare=False)
@@ -212,10 +217,13 @@ class DecisionEngine:
         if self._reader is None:
             raise RuntimeError(f"engine for {self.model_name!r} was built without a reader")
         slots = _answer_slots(plan, hidden_wanted)
+        middle: list[list[float]] | None = None
         if slots:
             found: dict[int, list[float]] = {index: [] for index in slots.values()}
+            middle = [] if getattr(self._reader, "reads_middle", False) else None
             logits = self._reader.read(plan.prefix, plan.rows, before_row, hidden=found,
-                                       exact=exact)
+                                       exact=exact,
+                                       **({} if middle is None else {"middle": middle}))
             hidden = {question_id: found[index] for question_id, index in slots.items()}
             if any(not values for values in hidden.values()):
                 raise InvalidRequest(errors=[FieldError(
@@ -225,7 +233,8 @@ class DecisionEngine:
             logits, hidden = self._reader.read(plan.prefix, plan.rows, before_row, exact=exact), {}
         priors = self._priors.read(self._reader, plan.prior_prefix, plan.prior_rows, before_row,
                                    exact=exact)
-        return Reading(plan=plan, logits=logits, priors=priors, hidden=hidden)
+        return Reading(plan=plan, logits=logits, priors=priors, hidden=hidden,
+                       middle=middle[0] if middle else None)
 
     def decide(self, request: DecisionRequest,
                before_row: Callable[[], None] | None = None) -> Decision:
@@ -240,7 +249,7 @@ class DecisionEngine:
             readout = request.taught.get(question.id)
             if readout is not None:
                 answers[question.id] = taught_answer(
-                    question, _in_question_order(readout, question, reading.hidden[question.id],
+                    question, _in_question_order(readout, question, reading,
                                                  answers[question.id], request.state),
                     readout.id)
         types = {question.id: question.type for question in request.questions}
@@ -253,7 +262,8 @@ class DecisionEngine:
                                  "decode_ms": (decoded - planned) * 1000},
                         rows_by_type=rows_by_type,
                         hidden={question_id: reading.hidden[question_id]
-                                for question_id in request.hidden_for})
+                                for question_id in request.hidden_for},
+                        middle=reading.middle if request.hidden_for else None)
 
 
 def _decoding(reader: RowReader | None, exact: bool) -> str:
@@ -274,7 +284,7 @@ def _answer_slots(plan: RowPlan, question_ids: frozenset[str]) -> dict[str, int]
     return slots
 
 
-def _in_question_order(readout: TaughtReadout, question: Question, hidden: Sequence[float],
+def _in_question_order(readout: TaughtReadout, question: Question, reading: Reading,
                        zero_shot: Readout, state: Any) -> list[float]:
     """The readout's probabilities in the question's own answer order (a choice's options may
     come in any order); a question whose answers are not the readout's is refused."""
@@ -285,7 +295,8 @@ def _in_question_order(readout: TaughtReadout, question: Question, hidden: Seque
             msg=f"taught question {readout.id} answers {sorted(readout.answers)}, and this "
                 f"question's answers are {sorted(keys)}", type="value_error")])
     by_answer = dict(zip(readout.answers, readout.answer_probabilities(
-        hidden, zero_shot_by_answer(zero_shot, question), state), strict=True))
+        reading.hidden[question.id], zero_shot_by_answer(zero_shot, question), state,
+        middle=reading.middle), strict=True))
     return [by_answer[key] for key in keys]
 
 

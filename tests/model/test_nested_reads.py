@@ -103,7 +103,7 @@ def test_reads_nested_deeper_share_the_second_set_of_contexts(default_engine):
     reader.read(outer.prefix, outer.rows, before_row)
     assert sorted(sets_by_depth) == [1, 2, 3]
     assert sets_by_depth[2] == sets_by_depth[3] != sets_by_depth[1]
-    assert len(levels.all()) == 2
+    assert len(levels.of(tapped=False)) == 2
 
 
 def test_a_started_runner_has_made_the_second_set_of_contexts(settings):
@@ -117,14 +117,15 @@ def test_a_started_runner_has_made_the_second_set_of_contexts(settings):
     loaded = load_decoding_engine(load_catalog(settings).get(None), settings)
     try:
         levels = loaded.reader._levels
-        assert len(levels.all()) == 1
+        assert len(levels.of(tapped=False)) == 1
         assert warm_nested_reads(loaded.engine) > 0
-        assert len(levels.all()) == 2 and levels.all()[1].contexts()
-        made = [id(context) for context in levels.all()[1].contexts()]
+        second = levels.of(tapped=False)[1]
+        assert len(levels.of(tapped=False)) == 2 and second.contexts()
+        made = [id(context) for context in second.contexts()]
         inner = loaded.engine.plan(INNER)
         outer = loaded.engine.plan(OUTER)
         loaded.reader.read(outer.prefix, outer.rows,
                            lambda: loaded.reader.read(inner.prefix, inner.rows))
-        assert [id(context) for context in levels.all()[1].contexts()] == made
+        assert [id(context) for context in second.contexts()] == made
     finally:
         loaded.close()

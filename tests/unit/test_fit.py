@@ -190,3 +190,24 @@ def test_a_fit_asks_between_its_model_fits_and_a_raise_there_stops_it():
         fit_readout("tq_1", x, y, ["a", "b", "c"], ordinal=False, between=stop_on_the_tenth)
     assert len(asked) == 10
     assert fit.fit_readout("tq_1", x, y, ["a", "b", "c"], ordinal=False).figures  # no callback
+
+
+def test_a_fit_reads_the_middle_layer_where_it_carries_the_answers():
+    """The hidden state at the slot carries nothing and the state's middle layer the answers:
+    the fit reads the middle layer, says so, and its readout answers from the middle layer
+    it is given (and refuses to answer without one)."""
+    middle, y = separable()
+    noise = np.random.default_rng(5).normal(size=middle.shape)
+    fitted = fit_readout("tq_1", noise, y, ["a", "b", "c"], ordinal=False, middle=middle)
+    assert fitted.readout.reads == "middle"
+    figures = fitted.figures
+    assert figures["reads"] == "middle" and figures["middle_size"] == middle.shape[1]
+    assert figures["reads_log_loss"]["middle"] < figures["reads_log_loss"]["hidden"]
+    assert figures["taught"]["accuracy"] >= 0.9
+    found = np.array([fitted.readout.answer_probabilities(list(hidden), {}, "", middle=list(row))
+                      for hidden, row in zip(noise, middle)])
+    assert (found.argmax(axis=1) == y).mean() == 1.0
+    with pytest.raises(ValueError, match="middle layer"):
+        fitted.readout.answer_probabilities(list(noise[0]), {}, "")
+    assert fit_readout("tq_1", middle, y, ["a", "b", "c"], ordinal=False,
+                       middle=noise).readout.reads == "hidden"
