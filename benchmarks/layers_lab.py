@@ -120,6 +120,9 @@ def features(tap: LayerTap, engine, item: dict, every: int) -> dict[str, np.ndar
         if values.shape[0] == len(tokens):  # the last layer holds the output rows only
             result[f"{name}, mean"] = values[:len(prefix)].mean(axis=0)
         result[f"{name}, at the slot"] = values[-1]
+        if f"{name}, mean" in result:
+            result[f"{name}, mean and at the slot"] = np.concatenate(
+                [result[f"{name}, mean"], values[-1]])
     return result
 
 

@@ -107,14 +107,25 @@ class LevelledContexts:
     _levels: ContextLevels
     model: GgufModel
 
+    batched: bool
+    packed: bool
+    _packing_checked: bool
+
+    def _check_packing(self) -> None: ...
     def _labels(self) -> LlamaContext: ...
+    def _options(self) -> LlamaContext: ...
     def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...]) -> None: ...
 
-    def _prefix_middle(self, prefix: tuple[int, ...]) -> list[float]:
-        """The state's mean at the tap's layer, from the one-sequence context whatever the
-        request's rows (so its bits never depend on its companions); a label row decodes
-        there next without decoding the state again."""
-        context = self._labels()
+    def _prefix_middle(self, prefix: tuple[int, ...], exact: bool) -> list[float]:
+        """The state's mean at the tap's layer, from the context option rows decode in by
+        this read's plan (the packed one where option rows are packed or batched, else the
+        one-sequence one), whatever the request's rows: its bits never depend on its
+        companions, and the option rows (the default readout's) decode there next without
+        decoding the state again."""
+        if self.packed and not self._packing_checked:
+            self._check_packing()  # it may find option rows are read one by one here
+        options_packed = (self.batched and not exact) or self.packed
+        context = self._options() if options_packed else self._labels()
         self._ensure_prefix(context, prefix)
         assert context.prefix_middle is not None
         return context.prefix_middle

@@ -133,7 +133,7 @@ class LlamaReader(LevelledContexts, BatchedReading):
         (``llm.middle_tap``: the read decodes in the tapped contexts, to the same bits)."""
         with self._levels.entered(tapped=middle is not None):
             if middle is not None:
-                middle.append(self._prefix_middle(tuple(prefix)))
+                middle.append(self._prefix_middle(tuple(prefix), exact))
             return self._read(tuple(prefix), rows, before_row, hidden, exact)
 
     def _read(self, prefix: tuple[int, ...], rows: Sequence[Row],
