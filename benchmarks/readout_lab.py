@@ -88,7 +88,8 @@ def decoded(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for item in items:
         question, _ = parse_taught_question(item["question"], "q")
         assert question is not None
-        key = hashlib.sha256(json.dumps([identity, item["state"], item["question"], "middle"],
+        key = hashlib.sha256(json.dumps([identity, item["state"], item["question"], "middle",
+                                         "slot"],
                                         sort_keys=True).encode()).hexdigest()[:32]
         path = CACHE / f"{key}.json"
         if not path.exists():
@@ -98,7 +99,9 @@ def decoded(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                      hidden_for=frozenset({"q"})))
             by_answer = zero_shot_by_answer(decision.answers["q"], question)
             path.write_text(json.dumps({"hidden": list(decision.hidden["q"]),
-                                        "middle": decision.middle, "zero_shot": by_answer}))
+                                        "middle": decision.middle,
+                                        "slot": decision.slot_middle["q"],
+                                        "zero_shot": by_answer}))
         stored = json.loads(path.read_text())
         # a choice's options in one order for every item of the question (the items list
         # them in various orders): the names sorted
@@ -107,6 +110,7 @@ def decoded(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         gold = answer_index(question, item["gold"] if question.type != "noul"
                             else ("yes" if item["gold"] in (True, "yes") else "no"))
         found.append({**item, "hidden": stored["hidden"], "middle": stored["middle"],
+                      "slot": stored["slot"],
                       "zero_shot": [stored["zero_shot"][key] for key in keys],
                       "key": match_key("", question),
                       "y": keys.index(answer_keys(question)[gold]),
@@ -123,7 +127,8 @@ def fitted(train: list[dict[str, Any]], k: int, ordinal: bool, *, with_states: b
         "tq_lab", np.array([row["hidden"] for row in train]), [row["y"] for row in train],
         keys, ordinal=ordinal, zero_shot=np.array([row["zero_shot"] for row in train]),
         states=[row["state"] for row in train] if with_states else None,
-        middle=np.array([row["middle"] for row in train]) if with_middle else None)
+        middle=np.array([row["middle"] for row in train]) if with_middle else None,
+        slot=np.array([row["slot"] for row in train]) if with_middle else None)
     readout = result.readout
     if with_middle:
         READS[readout.reads] += 1
@@ -131,7 +136,8 @@ def fitted(train: list[dict[str, Any]], k: int, ordinal: bool, *, with_states: b
     def predict(rows: list[dict[str, Any]]) -> np.ndarray:
         return np.array([readout.answer_probabilities(row["hidden"],
                                                       dict(zip(keys, row["zero_shot"])),
-                                                      row["state"], middle=row["middle"])
+                                                      row["state"], middle=row["middle"],
+                                                      slot=row["slot"])
                          for row in rows])
 
     return result.figures["gate"]["used"], predict

@@ -17,10 +17,14 @@ whatever ran in the other set meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import llama_cpp
+
+from decide.core.rows import Row
+from decide.llm.batched import entries
 from decide.llm.gguf import GgufModel
 from decide.llm.llama_context import LlamaContext
 from decide.llm.log_softmax import LogSoftmax
@@ -115,6 +119,16 @@ class LevelledContexts:
     def _labels(self) -> LlamaContext: ...
     def _options(self) -> LlamaContext: ...
     def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...]) -> None: ...
+    def _decode(self, context: LlamaContext, tokens: Sequence[int], *, start: int) -> None: ...
+
+    def _read_middle(self, prefix: tuple[int, ...], rows: Sequence[Row], exact: bool,
+                     middle: list[list[float]], slot_middle: dict[int, list[float]]) -> None:
+        """The state's mean at the middle layer appended to ``middle``; each row of
+        ``slot_middle`` given the layer at its answer slot (its question's piece)."""
+        middle.append(self._prefix_middle(prefix, exact))
+        for index in slot_middle:
+            slot_middle[index] = self._slot_middle(prefix, entries([rows[index]])[0].piece,
+                                                   exact)
 
     def _prefix_middle(self, prefix: tuple[int, ...], exact: bool) -> list[float]:
         """The state's mean at the tap's layer, from the context option rows decode in by
@@ -124,11 +138,32 @@ class LevelledContexts:
         decoding the state again."""
         if self.packed and not self._packing_checked:
             self._check_packing()  # it may find option rows are read one by one here
-        options_packed = (self.batched and not exact) or self.packed
-        context = self._options() if options_packed else self._labels()
+        context = self._middle_context(exact)
         self._ensure_prefix(context, prefix)
         assert context.prefix_middle is not None
         return context.prefix_middle
+
+    def _middle_context(self, exact: bool) -> LlamaContext:
+        options_packed = (self.batched and not exact) or self.packed
+        return self._options() if options_packed else self._labels()
+
+    def _slot_middle(self, prefix: tuple[int, ...], piece: Sequence[int],
+                     exact: bool) -> list[float]:
+        """The tap's layer at a question's answer slot: its piece decoded alone after the
+        state, in the context ``_prefix_middle`` reads (after it), then removed again. One
+        small decode, made only where a fit or a readout reads it; decoded alone, its bits
+        never depend on the request's other rows."""
+        context = self._middle_context(exact)
+        self._ensure_prefix(context, prefix)
+        if context is self._single:
+            self._set_piece(None, None)
+        assert context.tap is not None
+        context.tap.arm()
+        try:
+            self._decode(context, piece, start=len(prefix))
+        finally:
+            llama_cpp.llama_memory_seq_rm(context.memory, 0, len(prefix), -1)
+        return context.tap.last()
 
     def _tap(self) -> MiddleTap | None:
         """A new context's tap: one in the tapped family, else none."""

@@ -54,7 +54,8 @@ class TapFailed(RuntimeError):
 
 
 class MiddleTap:
-    """One context's tap: ``arm()``, decode the prefix, ``mean()``."""
+    """One context's tap: ``arm()``, decode the prefix, ``mean()``; or ``arm()``, decode a
+    question's piece after it, ``last()`` (the layer at its last token, the answer slot)."""
 
     def __init__(self, layers: int) -> None:
         self.name = f"l_out-{middle_layer(layers)}".encode()
@@ -62,17 +63,29 @@ class MiddleTap:
         self._armed = False
         self._sum: np.ndarray | None = None
         self._rows = 0
+        self._latest: np.ndarray | None = None
         self._failure = ""
 
     def arm(self) -> None:
         self._armed, self._sum, self._rows, self._failure = True, None, 0, ""
+        self._latest = None
 
     def mean(self) -> list[float]:
         """The mean of the rows seen since ``arm()``; disarms."""
+        self._disarm()
+        assert self._sum is not None
+        return [float(value) for value in self._sum / self._rows]
+
+    def last(self) -> list[float]:
+        """The last row of the last batch seen since ``arm()``; disarms."""
+        self._disarm()
+        assert self._latest is not None
+        return [float(value) for value in self._latest[-1]]
+
+    def _disarm(self) -> None:
         self._armed = False
         if self._failure or self._sum is None or not self._rows:
             raise TapFailed(self._failure or f"llama.cpp computed no {self.name.decode()}")
-        return [float(value) for value in self._sum / self._rows]
 
     def _on_node(self, pointer: int, ask: bool, _user: int) -> bool:
         if not self._armed:
@@ -87,6 +100,7 @@ class MiddleTap:
             return True
         values = np.empty((head.ne[1], head.ne[0]), dtype=np.float32)
         libggml.ggml_backend_tensor_get(pointer, values.ctypes.data, 0, values.nbytes)
+        self._latest = values
         rows = values.sum(axis=0, dtype=np.float64)
         self._sum = rows if self._sum is None else self._sum + rows
         self._rows += values.shape[0]

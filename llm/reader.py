@@ -122,18 +122,19 @@ class LlamaReader(LevelledContexts, BatchedReading):
                                        tap=self._tap())
         return level.multi
 
-    reads_middle = True  # ``read`` reports the state's mean at a middle layer (``middle``)
+    reads_middle = True  # ``read`` reports a middle layer (``middle``, ``slot_middle``)
 
     def read(self, prefix: Sequence[int], rows: Sequence[Row],
              before_row: Callable[[], None] | None = None, *,
              hidden: dict[int, list[float]] | None = None,
-             exact: bool = False, middle: list[list[float]] | None = None) -> list[list[float]]:
+             exact: bool = False, middle: list[list[float]] | None = None,
+             slot_middle: dict[int, list[float]] | None = None) -> list[list[float]]:
         """Each row's label logits or option log-probabilities; ``hidden`` (row index →) gets
-        the hidden state at answer slots, ``middle`` the state's mean at a middle layer
-        (``llm.middle_tap``: the read decodes in the tapped contexts, to the same bits)."""
+        the hidden state at answer slots, ``middle`` and ``slot_middle`` a middle layer's
+        (``context_levels._read_middle``: the read decodes in tapped contexts, same bits)."""
         with self._levels.entered(tapped=middle is not None):
             if middle is not None:
-                middle.append(self._prefix_middle(tuple(prefix), exact))
+                self._read_middle(tuple(prefix), rows, exact, middle, slot_middle or {})
             return self._read(tuple(prefix), rows, before_row, hidden, exact)
 
     def _read(self, prefix: tuple[int, ...], rows: Sequence[Row],

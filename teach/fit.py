@@ -26,6 +26,9 @@ from decide.core.taught import (
     READS_LEXICAL,
     READS_MIDDLE,
     READS_MIDDLE_LEXICAL,
+    READS_SLOT,
+    READS_SLOT_LEXICAL,
+    SLOT_READS,
     SOFTMAX,
     TaughtReadout,
     zero_shot_feature,
@@ -75,19 +78,25 @@ def _choose_reads(dense: dict[str, np.ndarray], lexical: LexicalFit | None,
     ways = dict(dense)
     if lexical is not None:
         ways[READS_LEXICAL] = lexical.out_of_fold
-        ways[READS_BOTH] = combined(dense[READS_HIDDEN], lexical.out_of_fold)
-        if READS_MIDDLE in dense:
-            ways[READS_MIDDLE_LEXICAL] = combined(dense[READS_MIDDLE], lexical.out_of_fold)
+        for name, found in dense.items():
+            ways[WITH_WORDS[name]] = combined(found, lexical.out_of_fold)
     losses = {name: log_loss(found, y) for name, found in ways.items()}
     reads = min(losses, key=lambda name: losses[name])
     return _Chosen(reads, ways[reads], {name: round(value, 4)
                                         for name, value in losses.items()})
 
 
+WITH_WORDS = {READS_HIDDEN: READS_BOTH, READS_MIDDLE: READS_MIDDLE_LEXICAL,
+              READS_SLOT: READS_SLOT_LEXICAL}
+"""Each dense readout's name read with the lexical one as a product of experts."""
+
+
 def _dense_of(reads: str) -> str:
-    """The dense features a way of reading fits its model on: the middle layer's, or the hidden
-    state's (the lexical readout alone fits one too, unused)."""
-    return READS_MIDDLE if reads in MIDDLE_READS else READS_HIDDEN
+    """The dense features a way of reading fits its model on: a middle layer's (the state's
+    mean, or at the slot), or the hidden state's (the lexical readout alone fits one too,
+    unused)."""
+    return (READS_MIDDLE if reads in MIDDLE_READS else READS_SLOT if reads in SLOT_READS
+            else READS_HIDDEN)
 
 
 def _hidden_fit(x: np.ndarray, y: np.ndarray, k: int,
@@ -120,7 +129,7 @@ def fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
                 zero_shot: np.ndarray | None = None, model_identity: str = "",
                 use: str = AUTO, between: Callable[[], None] | None = None,
                 states: Sequence[Any] | None = None,
-                middle: np.ndarray | None = None) -> Fitted:
+                middle: np.ndarray | None = None, slot: np.ndarray | None = None) -> Fitted:
     """``_fit_readout``, with ``between`` called before each of its model fits (hundreds:
     every penalty's every fold, the learning curve's): a worker runs waiting foreground work
     there, and a cancel stops the fit, as between a decode's rows."""
@@ -128,7 +137,7 @@ def fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
     try:
         return _fit_readout(taught_id, hidden, labels, answers, ordinal=ordinal,
                             zero_shot=zero_shot, model_identity=model_identity, use=use,
-                            states=states, middle=middle)
+                            states=states, middle=middle, slot=slot)
     finally:
         regression.BETWEEN_FITS.reset(token)
 
@@ -143,6 +152,17 @@ def _features(hidden: np.ndarray, zero_shot: np.ndarray | None) -> np.ndarray:
     return np.concatenate([x, logs], axis=1)
 
 
+def _dense_vectors(hidden: np.ndarray, zero_shot: np.ndarray | None,
+                   middle: np.ndarray | None, slot: np.ndarray | None) -> dict[str, np.ndarray]:
+    """Each dense readout's features, by name: the hidden state's, and the middle layer's
+    (mean, at the slot) where given; each with the zero-shot answer where given."""
+    vectors = {READS_HIDDEN: _features(hidden, zero_shot)}
+    for name, found in ((READS_MIDDLE, middle), (READS_SLOT, slot)):
+        if found is not None:
+            vectors[name] = _features(found, zero_shot)
+    return vectors
+
+
 def _example_figures(y: np.ndarray, answers: Sequence[str]) -> dict[str, Any]:
     return {"examples": len(y),
             "examples_per_answer": {answer: int((y == index).sum())
@@ -153,14 +173,15 @@ def _fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
                  answers: Sequence[str], *, ordinal: bool,
                  zero_shot: np.ndarray | None = None, model_identity: str = "",
                  use: str = AUTO, states: Sequence[Any] | None = None,
-                 middle: np.ndarray | None = None) -> Fitted:
+                 middle: np.ndarray | None = None, slot: np.ndarray | None = None) -> Fitted:
     """Fit on ``hidden`` (examples × hidden size) and ``labels`` (answer indices); with
     ``zero_shot`` (the zero-shot readout's probabilities, examples × answers), each answer's
     zero-shot log-probability is read as a feature too (it lifted the cross-validated accuracy
     on the project's calibration set: EVALUATION.md); with ``middle`` (each example's state
-    averaged at a middle layer), a readout of that in place of the hidden state is
-    cross-validated too; with ``states`` (the examples' states), a lexical readout is fitted
-    too, and the readout reads whichever way cross-validates best (``reads``).
+    averaged at a middle layer) and ``slot`` (that layer at its answer slot), a readout of
+    each in place of the hidden state is cross-validated too; with ``states`` (the examples'
+    states), a lexical readout is fitted too, and the readout reads whichever way
+    cross-validates best (``reads``).
 
     ``ordinal`` (score levels): an ordinal cumulative-logit readout and a softmax are both
     cross-validated, and the one with the lower log-loss is kept (measured on the project's
@@ -171,9 +192,7 @@ def _fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
     on the same examples, a learning curve, the gate (``gate``: whether it answers, and why;
     ``use`` ``always`` overrides it), and the time the fit took."""
     started = time.perf_counter()
-    vectors = {READS_HIDDEN: _features(hidden, zero_shot)}
-    if middle is not None:
-        vectors[READS_MIDDLE] = _features(middle, zero_shot)
+    vectors = _dense_vectors(hidden, zero_shot, middle, slot)
     y = np.asarray(labels, dtype=np.int64)
     k = len(answers)
     zero = None if zero_shot is None else np.asarray(zero_shot)

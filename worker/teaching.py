@@ -108,7 +108,7 @@ def fit_examples(taught_id: str, question: Question, examples: list[dict[str, An
     ``taught`` is False)."""
     started = time.perf_counter()
     keys = answer_keys(question)
-    hidden, labels, zero_shot, middle = [], [], [], []
+    hidden, labels, zero_shot, middle, slot = [], [], [], [], []
     tokens, identity = 0, ""
     for number, example in enumerate(examples):
         index = answer_index(question, example["answer"])
@@ -123,6 +123,7 @@ def fit_examples(taught_id: str, question: Question, examples: list[dict[str, An
             raise FitFailed(f"example {number}: {refused}") from refused
         hidden.append(decision.hidden[question.id])
         middle.append(decision.middle)
+        slot.append(decision.slot_middle.get(question.id))
         labels.append(index)
         by_answer = zero_shot_by_answer(decision.answers[question.id], question)
         zero_shot.append([by_answer[key] for key in keys])
@@ -134,8 +135,7 @@ def fit_examples(taught_id: str, question: Question, examples: list[dict[str, An
                          zero_shot=np.array(zero_shot), model_identity=identity, use=use,
                          between=before_row,
                          states=[example["state"] for example in examples],
-                         middle=(np.array(middle) if all(row is not None for row in middle)
-                                 else None))
+                         middle=_all_or_none(middle), slot=_all_or_none(slot))
     figures = {**fitted.figures, "decode_ms": round((decoded - started) * 1000, 1),
                "seconds": round(time.perf_counter() - started, 3)}
     return fitted, figures, tokens
@@ -183,3 +183,8 @@ class TaughtReadouts:
                     "(deleted); ask with x_taught false, or teach it again",
                 type="value_error") for question in missing])
         return replace(request, taught=taught) if taught else request
+
+
+def _all_or_none(rows: list[list[float] | None]) -> np.ndarray | None:
+    """Every example's middle-layer features, or None where the reader reports none."""
+    return np.array(rows) if rows and all(row is not None for row in rows) else None

@@ -22,7 +22,7 @@ from decide.core.readout import Readout, answer, taught_answer
 from decide.core.render import render_state
 from decide.core.rerank import is_rerank, relevance_question
 from decide.core.rows import RowBuilder, RowPlan, RowReader, is_isolated
-from decide.core.taught import TaughtReadout, answer_keys, zero_shot_by_answer
+from decide.core.taught import SLOT_READS, TaughtReadout, answer_keys, zero_shot_by_answer
 
 ROWS_RULE = {
     "labels": "one per choice or noul question, one per level of an isolated score",
@@ -51,6 +51,9 @@ class Reading:
     middle: list[float] | None = None
     """The state's mean at a middle layer, where a question asked for its hidden state and the
     reader reports it (``llm.middle_tap``)."""
+    slot_middle: dict[str, list[float]] = field(default_factory=dict)
+    """That layer at the answer slot of each question that asked for it (fits, and readouts
+    that read it)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class Decision:
     """The hidden state at the answer slot of each question in ``hidden_for`` (fitting)."""
     middle: list[float] | None = field(default=None, compare=False)
     """The state's mean at a middle layer, with ``hidden`` where the reader reports it."""
+    slot_middle: dict[str, list[float]] = field(default_factory=dict, compare=False)
+    """That layer at the answer slot of each question in ``hidden_for``, likewise."""
     model_identity: str = field(default="", compare=False)
     """The model file's identity, where the runner reports it (with ``hidden``)."""
     build: str = field(default="", compare=False)
@@ -210,20 +215,24 @@ class DecisionEngine:
              before_row: Callable[[], None] | None = None) -> Reading:
         """Plan a request and read every row of it (the only step that touches the model)."""
         return self._read(self.plan(request), before_row, _hidden_wanted(request),
-                          exact=request.wants_exact)
+                          exact=request.wants_exact, slot_wanted=_slot_wanted(request))
 
     def _read(self, plan: RowPlan, before_row: Callable[[], None] | None,
-              hidden_wanted: frozenset[str] = frozenset(), *, exact: bool = False) -> Reading:
+              hidden_wanted: frozenset[str] = frozenset(), *, exact: bool = False,
+              slot_wanted: frozenset[str] = frozenset()) -> Reading:
         if self._reader is None:
             raise RuntimeError(f"engine for {self.model_name!r} was built without a reader")
         slots = _answer_slots(plan, hidden_wanted)
         middle: list[list[float]] | None = None
+        at_slot: dict[int, list[float]] = {}
         if slots:
             found: dict[int, list[float]] = {index: [] for index in slots.values()}
             middle = [] if getattr(self._reader, "reads_middle", False) else None
+            at_slot = {slots[question_id]: [] for question_id in slot_wanted
+                       if question_id in slots and middle is not None}
             logits = self._reader.read(plan.prefix, plan.rows, before_row, hidden=found,
-                                       exact=exact,
-                                       **({} if middle is None else {"middle": middle}))
+                                       exact=exact, **({} if middle is None else {
+                                           "middle": middle, "slot_middle": at_slot}))
             hidden = {question_id: found[index] for question_id, index in slots.items()}
             if any(not values for values in hidden.values()):
                 raise InvalidRequest(errors=[FieldError(
@@ -234,14 +243,17 @@ class DecisionEngine:
         priors = self._priors.read(self._reader, plan.prior_prefix, plan.prior_rows, before_row,
                                    exact=exact)
         return Reading(plan=plan, logits=logits, priors=priors, hidden=hidden,
-                       middle=middle[0] if middle else None)
+                       middle=middle[0] if middle else None,
+                       slot_middle={question_id: at_slot[index]
+                                    for question_id, index in slots.items() if index in at_slot})
 
     def decide(self, request: DecisionRequest,
                before_row: Callable[[], None] | None = None) -> Decision:
         started = time.perf_counter()
         plan = self.plan(request)
         planned = time.perf_counter()
-        reading = self._read(plan, before_row, _hidden_wanted(request), exact=request.wants_exact)
+        reading = self._read(plan, before_row, _hidden_wanted(request), exact=request.wants_exact,
+                             slot_wanted=_slot_wanted(request))
         decoded = time.perf_counter()
         answers = assemble(request.questions, plan, reading.logits, self.profile,
                            reading.priors)
@@ -263,7 +275,10 @@ class DecisionEngine:
                         rows_by_type=rows_by_type,
                         hidden={question_id: reading.hidden[question_id]
                                 for question_id in request.hidden_for},
-                        middle=reading.middle if request.hidden_for else None)
+                        middle=reading.middle if request.hidden_for else None,
+                        slot_middle={question_id: reading.slot_middle[question_id]
+                                     for question_id in request.hidden_for
+                                     if question_id in reading.slot_middle})
 
 
 def _decoding(reader: RowReader | None, exact: bool) -> str:
@@ -272,6 +287,14 @@ def _decoding(reader: RowReader | None, exact: bool) -> str:
 
 def _hidden_wanted(request: DecisionRequest) -> frozenset[str]:
     return request.hidden_for | frozenset(request.taught)
+
+
+def _slot_wanted(request: DecisionRequest) -> frozenset[str]:
+    """Questions whose middle layer at the answer slot is read: a fit's (it may choose it) and
+    those whose readout reads it (one small decode each, ``llm.context_levels``)."""
+    return request.hidden_for | frozenset(
+        question_id for question_id, readout in request.taught.items()
+        if readout.reads in SLOT_READS)
 
 
 def _answer_slots(plan: RowPlan, question_ids: frozenset[str]) -> dict[str, int]:
@@ -296,7 +319,7 @@ def _in_question_order(readout: TaughtReadout, question: Question, reading: Read
                 f"question's answers are {sorted(keys)}", type="value_error")])
     by_answer = dict(zip(readout.answers, readout.answer_probabilities(
         reading.hidden[question.id], zero_shot_by_answer(zero_shot, question), state,
-        middle=reading.middle), strict=True))
+        middle=reading.middle, slot=reading.slot_middle.get(question.id)), strict=True))
     return [by_answer[key] for key in keys]
 
 

@@ -34,13 +34,15 @@ ORDINAL = "ordinal"
 READOUT_VERSION = 1
 READS_HIDDEN, READS_LEXICAL, READS_BOTH = "hidden", "lexical", "both"
 READS_MIDDLE, READS_MIDDLE_LEXICAL = "middle", "middle+lexical"
+READS_SLOT, READS_SLOT_LEXICAL = "slot", "slot+lexical"
 """What a taught readout reads: the hidden state at the answer slot (with the zero-shot
 answer), the state's words and characters (``decide.core.lexical``), or both as a product of
-experts; or, in place of the hidden state, the state's mean at a middle layer
-(``llm.middle_tap``), alone or with the words; its fit chooses by cross-validated log-loss
-(EVALUATION.md)."""
+experts; or, in place of the hidden state, a middle layer (``llm.middle_tap``): the state's
+mean there, or its value at the answer slot, alone or with the words; its fit chooses by
+cross-validated log-loss (EVALUATION.md)."""
 MIDDLE_READS = (READS_MIDDLE, READS_MIDDLE_LEXICAL)
-LEXICAL_READS = (READS_LEXICAL, READS_BOTH, READS_MIDDLE_LEXICAL)
+SLOT_READS = (READS_SLOT, READS_SLOT_LEXICAL)
+LEXICAL_READS = (READS_LEXICAL, READS_BOTH, READS_MIDDLE_LEXICAL, READS_SLOT_LEXICAL)
 AUTO, ALWAYS = "auto", "always"
 """A taught question's ``use``: answer only where its fit beats zero-shot on its examples (the
 gate, ``decide.teach.fit.gate``), or always."""
@@ -160,16 +162,18 @@ class TaughtReadout:
     """The lexical readout, in ``answers`` order (``reads`` lexical or both)."""
 
     def answer_probabilities(self, hidden: Sequence[float], zero_shot: dict[str, float],
-                             state: Any, *, middle: Sequence[float] | None = None
-                             ) -> list[float]:
+                             state: Any, *, middle: Sequence[float] | None = None,
+                             slot: Sequence[float] | None = None) -> list[float]:
         """The answers' probabilities in ``answers`` order, read as ``reads`` says: from the
-        hidden state or the middle layer's (and the zero-shot answer), from the state's terms,
-        or both (the normalised geometric mean of the two)."""
-        if self.reads in MIDDLE_READS:
-            if middle is None:
-                raise ValueError(f"taught question {self.id} reads a middle layer, which this "
-                                 "reader does not report")
-            hidden = middle
+        hidden state or a middle layer's (``middle``: the state's mean there, ``slot``: its
+        value at the answer slot; and the zero-shot answer), from the state's terms, or both
+        (the normalised geometric mean of the two)."""
+        dense = (middle if self.reads in MIDDLE_READS else slot if self.reads in SLOT_READS
+                 else hidden)
+        if dense is None:
+            raise ValueError(f"taught question {self.id} reads a middle layer, which this "
+                             "reader does not report")
+        hidden = dense
         if self.reads not in LEXICAL_READS or self.lexical is None:
             return self.probabilities(self.features(hidden, zero_shot))
         lexical = _softmax(self.lexical.logits(state))

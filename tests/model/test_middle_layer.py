@@ -1,6 +1,6 @@
-"""The state's mean at a middle layer (``llm.middle_tap``), which taught readouts read: reported
-where a question asks for its hidden state, the same bits alone, among companions, from the
-cache and from another load of the model; and a read in the tapped contexts answers with the
+"""A middle layer (``llm.middle_tap``), which taught readouts read: the state's mean there and
+its value at a question's answer slot, reported where a question asks for its hidden state,
+the same bits alone, among companions, from the cache and from another load of the model; and a read in the tapped contexts answers with the
 same bits as a plain one (issue 34: the tap only reads)."""
 
 from __future__ import annotations
@@ -35,30 +35,35 @@ def test_a_tapped_read_answers_as_a_plain_one_and_reports_the_middle_layer(defau
     assert plain.middle is None
     assert tapped.middle is not None and len(tapped.middle) == len(tapped.hidden["team"])
     assert all(math.isfinite(value) for value in tapped.middle)
+    assert set(tapped.slot_middle) == {"team"} and tapped.slot_middle["team"] != tapped.middle
     assert middle_layer(default_engine.model.layers) == 8  # gemma-3-270m: 18 layers
 
 
 def test_the_middle_layer_keeps_its_bits_alone_among_companions_and_from_the_cache(
         default_engine):
     engine = default_engine.engine
-    alone = engine.decide(asked({"refund": REFUND}, "refund")).middle
-    among = engine.decide(asked({"team": TEAM, "refund": REFUND}, "refund")).middle
+    alone = engine.decide(asked({"refund": REFUND}, "refund"))
+    among = engine.decide(asked({"team": TEAM, "refund": REFUND}, "refund"))
     default_engine.reader.forget_prefix()
-    cold = engine.decide(asked({"refund": REFUND}, "refund")).middle
-    cached = engine.decide(asked({"team": TEAM}, "team")).middle  # the state still decoded
+    cold = engine.decide(asked({"refund": REFUND}, "refund"))
+    cached = engine.decide(asked({"team": TEAM}, "team"))  # the state still decoded
     other = engine.decide(asked({"refund": REFUND}, "refund",
-                                state="The app crashes when I open settings.")).middle
-    assert alone == among == cold == cached
-    assert other != alone
+                                state="The app crashes when I open settings."))
+    assert alone.middle == among.middle == cold.middle == cached.middle
+    assert alone.slot_middle == among.slot_middle == cold.slot_middle
+    assert other.middle != alone.middle
+    assert other.slot_middle["refund"] != alone.slot_middle["refund"]
+    assert cached.slot_middle["team"] != alone.slot_middle["refund"]
 
 
 def test_another_load_of_the_model_reads_the_same_middle_layer(default_engine, settings):
     from decide.llm.catalog import load_catalog
     from decide.llm.decoding import load_decoding_engine
 
-    first = default_engine.engine.decide(asked({"refund": REFUND}, "refund")).middle
+    first = default_engine.engine.decide(asked({"refund": REFUND}, "refund"))
     loaded = load_decoding_engine(load_catalog(settings).get(None), settings)
     try:
-        assert loaded.engine.decide(asked({"refund": REFUND}, "refund")).middle == first
+        again = loaded.engine.decide(asked({"refund": REFUND}, "refund"))
+        assert again.middle == first.middle and again.slot_middle == first.slot_middle
     finally:
         loaded.close()

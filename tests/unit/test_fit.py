@@ -211,3 +211,18 @@ def test_a_fit_reads_the_middle_layer_where_it_carries_the_answers():
         fitted.readout.answer_probabilities(list(noise[0]), {}, "")
     assert fit_readout("tq_1", middle, y, ["a", "b", "c"], ordinal=False,
                        middle=noise).readout.reads == "hidden"
+
+
+def test_a_fit_reads_the_middle_layer_at_the_slot_where_that_carries_the_answers():
+    slot, y = separable(seed=11)
+    noise = np.random.default_rng(6).normal(size=slot.shape)
+    fitted = fit_readout("tq_1", noise, y, ["a", "b", "c"], ordinal=False, middle=noise,
+                         slot=slot)
+    assert fitted.readout.reads == "slot"
+    assert set(fitted.figures["reads_log_loss"]) == {"hidden", "middle", "slot"}
+    found = np.array([fitted.readout.answer_probabilities(list(row), {}, "", middle=list(row),
+                                                          slot=list(right))
+                      for row, right in zip(noise, slot)])
+    assert (found.argmax(axis=1) == y).mean() == 1.0
+    with pytest.raises(ValueError, match="middle layer"):
+        fitted.readout.answer_probabilities(list(noise[0]), {}, "", middle=list(noise[0]))
