@@ -93,8 +93,8 @@ def test_a_fit_reports_its_figures(taught):
     assert fit["hidden_size"] == 640 and fit["middle_size"] == 640 and fit["folds"] == 5
     # what it reads, chosen by cross-validation among the hidden state or the middle layer,
     # the words, or one of them with the words
-    assert set(fit["reads_log_loss"]) == {"hidden", "middle", "lexical", "both",
-                                          "middle+lexical"}
+    assert set(fit["reads_log_loss"]) == {"hidden", "middle", "slot", "lexical", "both",
+                                          "middle+lexical", "slot+lexical"}
     assert fit["reads_log_loss"][fit["reads"]] == min(fit["reads_log_loss"].values())
     assert fit["lexical_terms"] > 100 and fit["lexical_penalty"] > 0
     assert fit["taught"]["log_loss"] == pytest.approx(fit["reads_log_loss"][fit["reads"]],

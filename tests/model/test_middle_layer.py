@@ -1,7 +1,8 @@
 """A middle layer (``llm.middle_tap``), which taught readouts read: the state's mean there and
 its value at a question's answer slot, reported where a question asks for its hidden state,
-the same bits alone, among companions, from the cache and from another load of the model; and a read in the tapped contexts answers with the
-same bits as a plain one (issue 34: the tap only reads)."""
+the same bits alone, among companions, from the cache and from another load of the model;
+and a read in the tapped contexts answers with the same bits as a plain one (issue 34: the
+tap only reads)."""
 
 from __future__ import annotations
 
