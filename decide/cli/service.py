@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -169,6 +170,8 @@ def serve_command(args: argparse.Namespace) -> int:
     # the web server and the front door are serve's alone: no other command's process loads them
     import uvicorn
 
+    stop_cleanly_on_sigterm()
+
     if args.workers > 1:
         if settings.embedded:
             raise UsageError("the embedded service is one process; set DECIDE_BROKER_URL and "
@@ -186,6 +189,18 @@ def serve_command(args: argparse.Namespace) -> int:
     uvicorn.run(make_app(), host=host, port=port, log_level="info",
                 timeout_graceful_shutdown=shutdown_grace(settings))
     return 0
+
+
+def stop_cleanly_on_sigterm() -> None:
+    """A SIGTERM is a request to stop, as Ctrl-C is: once uvicorn has shut down gracefully it
+    raises the signal it caught again, with the handler found before it started; this one
+    makes that an exit with status 0, where the default handler made it 143 (and ``make
+    start`` reported "Error 143": issue 35)."""
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 SHUTDOWN_MARGIN_SECONDS = 10.0

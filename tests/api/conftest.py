@@ -46,12 +46,14 @@ class Server:
     def pid(self) -> int:
         return self._process.pid
 
-    def stop(self) -> None:
+    def stop(self) -> int | None:
+        """SIGTERM, then the exit status once it is gone (None: killed after 30 s)."""
         self._process.terminate()
         try:
-            self._process.wait(timeout=30)
+            return self._process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self._process.kill()
+            return None
 
 
 def wait_for_status(client: httpx.Client, job_id: str, wanted: set[str] | tuple[str, ...],

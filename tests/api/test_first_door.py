@@ -124,3 +124,14 @@ def test_serve_pinned_to_a_build_it_cannot_run_refuses_to_start(tmp_path):
     assert refused.returncode == 1, refused.stderr[-2000:]
     assert "DECIDE_CPU_VARIANT=x86-64-v9" in refused.stderr
     assert "pin one of them" in refused.stderr
+
+
+def test_a_serve_stopped_by_sigterm_ends_its_shutdown_with_status_0(tmp_path):
+    """A SIGTERM (an IDE's stop button, ``docker stop``, systemd) is a request to stop, as
+    Ctrl-C is: the graceful shutdown runs and the process exits 0, so ``make start`` ends
+    without make's "Error 143" (issue 35: uvicorn raised the signal again after shutting
+    down, with Python's default handler)."""
+    server = Server(tmp_path, {"DECIDE_API_KEYS": "key-only"})
+    assert server.stop() == 0
+    log = server.log.read_text()
+    assert "Application shutdown complete" in log and "Traceback" not in log
