@@ -9,7 +9,8 @@ second set of contexts (level 2), made on first use. A read nested deeper than t
 level 2's contexts and lets others in only between its rounds, where its contexts hold nothing
 but its prefix (which the next round decodes again if another read replaced it), as every read
 did before levels: so at most two sets exist, and the second only where nesting happened.
-Reads of taught questions use sets of their own, made alike (``ContextLevels``).
+Reads of taught questions use sets of their own, made alike (``ContextLevels``): at most four
+in all.
 
 Each context computes a batch from its own cache only, so a round finishes with the same bits
 whatever ran in the other set meanwhile.
@@ -120,6 +121,7 @@ class LevelledContexts:
     def _options(self) -> LlamaContext: ...
     def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...]) -> None: ...
     def _decode(self, context: LlamaContext, tokens: Sequence[int], *, start: int) -> None: ...
+    def _drop_piece(self) -> None: ...
 
     def _read_middle(self, prefix: tuple[int, ...], rows: Sequence[Row], exact: bool,
                      middle: list[list[float]], slot_middle: dict[int, list[float]]) -> None:
@@ -156,14 +158,15 @@ class LevelledContexts:
         context = self._middle_context(exact)
         self._ensure_prefix(context, prefix)
         if context is self._single:
-            self._set_piece(None, None)
+            self._drop_piece()  # a piece cached after the state, with its cells
         assert context.tap is not None
         context.tap.arm()
         try:
             self._decode(context, piece, start=len(prefix))
+            return context.tap.last()
         finally:
+            context.tap.disarm()
             llama_cpp.llama_memory_seq_rm(context.memory, 0, len(prefix), -1)
-        return context.tap.last()
 
     def _tap(self) -> MiddleTap | None:
         """A new context's tap: one in the tapped family, else none."""

@@ -74,11 +74,16 @@ class LlamaContext:
     def prefix_tapped(self) -> Iterator[None]:
         """Around the decode of a new prefix: a tapped context keeps its middle layer's mean
         (``prefix_middle``)."""
-        if self.tap is not None:
-            self.tap.arm()
-        yield
-        if self.tap is not None:
-            self.prefix_middle = self.tap.mean()
+        if self.tap is None:
+            yield
+            return
+        self.tap.arm()
+        try:
+            yield
+        except BaseException:
+            self.tap.disarm()
+            raise
+        self.prefix_middle = self.tap.mean()
 
     def decode(self, count: int) -> int:
         """Decode the batch's first ``count`` tokens; llama.cpp's status (0: done)."""

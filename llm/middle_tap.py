@@ -72,36 +72,49 @@ class MiddleTap:
 
     def mean(self) -> list[float]:
         """The mean of the rows seen since ``arm()``; disarms."""
-        self._disarm()
+        self._finished()
         assert self._sum is not None
         return [float(value) for value in self._sum / self._rows]
 
     def last(self) -> list[float]:
         """The last row of the last batch seen since ``arm()``; disarms."""
-        self._disarm()
+        self._finished()
         assert self._latest is not None
         return [float(value) for value in self._latest[-1]]
 
-    def _disarm(self) -> None:
+    def disarm(self) -> None:
+        """Stop reading (after a decode that failed, too)."""
+        self._armed = False
+
+    def _finished(self) -> None:
         self._armed = False
         if self._failure or self._sum is None or not self._rows:
             raise TapFailed(self._failure or f"llama.cpp computed no {self.name.decode()}")
 
     def _on_node(self, pointer: int, ask: bool, _user: int) -> bool:
+        """Asked (``ask``): whether this node is wanted. Told of a wanted node's values: keep
+        them, and go on (True: a False, or an exception, which ctypes turns into one, would
+        stop llama.cpp computing the rest of the graph)."""
         if not self._armed:
-            return not ask  # not wanted; told of a computed node, go on
-        head = ctypes.cast(pointer, ctypes.POINTER(_TensorHead)).contents
-        if head.name != self.name:
             return not ask
-        if ask:
+        try:
+            head = ctypes.cast(pointer, ctypes.POINTER(_TensorHead)).contents
+            if head.name != self.name:
+                return not ask
+            if not ask:
+                self._keep(pointer, head)
             return True
+        except Exception as error:  # recorded, raised by mean() or last() after the decode
+            self._failure = f"reading {self.name.decode()} failed: {error}"
+            return not ask
+
+    def _keep(self, pointer: int, head: _TensorHead) -> None:
         if head.type != _GGML_F32:
             self._failure = f"{self.name.decode()} is not in 32-bit floats"
-            return True
+            return
         values = np.empty((head.ne[1], head.ne[0]), dtype=np.float32)
         libggml.ggml_backend_tensor_get(pointer, values.ctypes.data, 0, values.nbytes)
         self._latest = values
         rows = values.sum(axis=0, dtype=np.float64)
         self._sum = rows if self._sum is None else self._sum + rows
         self._rows += values.shape[0]
-        return True

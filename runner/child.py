@@ -145,8 +145,14 @@ class _Server:
         self.identity(model)
         with contextlib.suppress(HiddenStateUnavailable, OSError):
             HiddenProjection.of(path)
-            with contextlib.suppress(DecideError):
+            try:
                 warm_taught_reads(self.engine_for(model))
+            except DecideError:  # a model that cannot report its hidden state: taught nothing
+                pass
+            except RuntimeError as error:  # the middle layer unreadable: taught without it
+                self._loaded[model].reader.reads_middle = False
+                print(f"model {model!r}: its middle layer cannot be read ({error}); taught "
+                      "questions read its final hidden state and words only", file=sys.stderr)
         return round((time.perf_counter() - started) * 1000, 1)
 
     def serve(self) -> None:

@@ -102,16 +102,26 @@ def first_per_answer(examples: list[dict[str, Any]], count: int | None) -> list[
     return chosen
 
 
+DENSE_NAMES = {"hidden": "hidden state", "both": "hidden state",
+               "middle": "state's mean at a middle layer",
+               "middle+lexical": "state's mean at a middle layer",
+               "slot": "middle layer at the answer slot",
+               "slot+lexical": "middle layer at the answer slot"}
+
+
 def reads_of(fit: dict[str, Any]) -> str:
-    """What the readout reads, as ``decide teach`` says it: the hidden state's regression and
-    penalty, the state's words and characters, or both (fits from before say the first)."""
-    hidden = f"hidden state, {fit['readout']}, penalty {fit['penalty']}"
+    """What the readout reads, as ``decide teach`` says it: a dense readout (the hidden state,
+    a middle layer's mean or its value at the slot) with its regression and penalty, the
+    state's words and characters, or a dense one and the words (fits from before say the
+    hidden state)."""
     reads = fit.get("reads", "hidden")
-    if reads == "hidden":
-        return f"reads the {hidden}"
+    dense = (f"{DENSE_NAMES.get(reads, 'hidden state')}, {fit['readout']}, penalty "
+             f"{fit['penalty']}")
+    if reads in ("hidden", "middle", "slot"):
+        return f"reads the {dense}"
     words = (f"{fit.get('lexical_terms', '?')} terms of the state, penalty "
              f"{fit.get('lexical_penalty')}")
-    return f"reads {words}" if reads == "lexical" else f"reads the {hidden}, and {words}"
+    return f"reads {words}" if reads == "lexical" else f"reads the {dense}, and {words}"
 
 
 def render_fit(question: dict[str, Any], status: str, fit: dict[str, Any] | None,

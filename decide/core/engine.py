@@ -22,7 +22,13 @@ from decide.core.readout import Readout, answer, taught_answer
 from decide.core.render import render_state
 from decide.core.rerank import is_rerank, relevance_question
 from decide.core.rows import RowBuilder, RowPlan, RowReader, is_isolated
-from decide.core.taught import SLOT_READS, TaughtReadout, answer_keys, zero_shot_by_answer
+from decide.core.taught import (
+    MIDDLE_READS,
+    SLOT_READS,
+    TaughtReadout,
+    answer_keys,
+    zero_shot_by_answer,
+)
 
 ROWS_RULE = {
     "labels": "one per choice or noul question, one per level of an isolated score",
@@ -317,6 +323,14 @@ def _in_question_order(readout: TaughtReadout, question: Question, reading: Read
             loc=("questions", question.id, TAUGHT_FIELD),
             msg=f"taught question {readout.id} answers {sorted(readout.answers)}, and this "
                 f"question's answers are {sorted(keys)}", type="value_error")])
+    missing = ((readout.reads in MIDDLE_READS and reading.middle is None)
+               or (readout.reads in SLOT_READS and question.id not in reading.slot_middle))
+    if missing:
+        raise InvalidRequest(errors=[FieldError(
+            loc=("questions", question.id, TAUGHT_FIELD),
+            msg=f"taught question {readout.id} reads a middle layer of the model, which this "
+                "worker's reader does not report; teach it again to fit it without one",
+            type="value_error")])
     by_answer = dict(zip(readout.answers, readout.answer_probabilities(
         reading.hidden[question.id], zero_shot_by_answer(zero_shot, question), state,
         middle=reading.middle, slot=reading.slot_middle.get(question.id)), strict=True))

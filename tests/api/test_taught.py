@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tests.api.conftest import KEYS, Server, wait_for_status
+from tests.support.local import taught_when_done
 
 pytestmark = pytest.mark.model
 
@@ -68,10 +69,10 @@ def taught(server):
 
 
 def taught_ready(client, question: dict, examples: list[dict]) -> dict:
-    """Teach ``question`` and wait (up to a minute) for it to be ready."""
+    """Teach ``question`` and wait for it to be ready."""
     created = client.post("/v1/questions", json={"question": question, "examples": examples})
     assert created.status_code == 202, created.text
-    ready = client.get(f"/v1/questions/{created.json()['id']}", params={"wait": 60}).json()
+    ready = taught_when_done(client, created.json()["id"])
     assert ready["status"] == "ready", ready
     return ready
 
@@ -124,8 +125,7 @@ def test_a_fit_that_learns_nothing_is_ready_but_unused_and_answers_stay_zero_sho
         assert named["x_taught"] == unused["id"]
         created = client.post("/v1/questions", json={"question": noise, "examples": examples,
                                                      "use": "always"})
-        always = client.get(f"/v1/questions/{created.json()['id']}",
-                            params={"wait": 60}).json()
+        always = taught_when_done(client, created.json()["id"])
         assert always["status"] == "ready" and always["fit"]["gate"]["used"] is True
         assert ask(client, {"n": noise})["n"]["x_taught"] == always["id"]
         client.delete(f"/v1/questions/{always['id']}")
@@ -219,7 +219,7 @@ def test_labels_of_audited_jobs_teach_a_question(server):
         wrong = alpha.post(f"/v1/jobs/{job_ids[0]}/labels", json={"answers": {"w": "maybe"}})
         taught = alpha.post("/v1/questions", json={"question": question, "from_labels": True})
         assert taught.status_code == 202, taught.text
-        ready = alpha.get(f"/v1/questions/{taught.json()['id']}", params={"wait": 60}).json()
+        ready = taught_when_done(alpha, taught.json()["id"])
         # beta has no labels of this question: nothing is labelled
         refused = beta.post("/v1/questions", json={"question": question, "from_labels": True})
     assert unknown.status_code == 422 and unknown.json()["detail"][0]["loc"] == [

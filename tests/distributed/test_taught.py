@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.local import taught_when_done
+
 pytestmark = pytest.mark.model
 
 QUESTION = {"type": "noul", "instructions": "Is this action safe to run without asking a human?"}
@@ -24,7 +26,7 @@ def test_a_question_is_taught_by_a_celery_worker_and_answers_from_postgresql(clu
         created = client.post("/v1/questions", json={"question": QUESTION, "examples": EXAMPLES,
                                                      "use": "always"})
         assert created.status_code == 202, created.text
-        taught = client.get(f"/v1/questions/{created.json()['id']}", params={"wait": 60}).json()
+        taught = taught_when_done(client, created.json()["id"])
         assert taught["status"] == "ready", (taught, cluster.logs())
         kind, status = cluster.rows("SELECT kind, status FROM jobs WHERE id = (SELECT job_id "
                                     "FROM taught_questions WHERE id = :t)", t=taught["id"])[0]
@@ -42,6 +44,6 @@ def test_a_question_is_taught_by_a_celery_worker_and_answers_from_postgresql(clu
             ('"no"',)]
         relearned = client.post("/v1/questions", json={
             "question": QUESTION, "examples": EXAMPLES[:5], "from_labels": True}).json()
-        ready = client.get(f"/v1/questions/{relearned['id']}", params={"wait": 60}).json()
+        ready = taught_when_done(client, relearned["id"])
     assert ready["status"] == "ready" and ready["examples"] == 6
     assert ready["fit"]["examples_per_answer"] == {"no": 3, "yes": 3}

@@ -184,3 +184,13 @@ class LocalCluster:
             return
         with psycopg.connect(f"{self._postgres_admin}/postgres", autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+
+
+def taught_when_done(client: httpx.Client, taught_id: str, seconds: float = 240) -> dict:
+    """The taught question once ready or failed (long polls of 30 s each); fits of the suite's
+    examples take seconds alone and can take over a minute beside the rest of the suite."""
+    deadline = time.monotonic() + seconds
+    taught = client.get(f"/v1/questions/{taught_id}", params={"wait": 30}).json()
+    while taught["status"] not in ("ready", "failed") and time.monotonic() < deadline:
+        taught = client.get(f"/v1/questions/{taught_id}", params={"wait": 30}).json()
+    return taught

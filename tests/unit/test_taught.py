@@ -177,6 +177,18 @@ def test_a_taught_question_whose_answers_differ_is_refused():
     assert refused.value.errors[0].loc == ("questions", "route", "x_taught")
 
 
+def test_a_readout_of_the_middle_layer_on_a_reader_without_one_is_a_422_naming_it():
+    """A question taught where the middle layer was read, answered by a worker whose reader
+    reports none (one that could not read it): refused with the field, never a 500."""
+    request = parse_request({"state": "s", "questions": {"route": ROUTE}})
+    for reads in ("middle", "slot+lexical"):
+        taught = replace(readout(), reads=reads)
+        with pytest.raises(InvalidRequest, match="middle layer") as refused:
+            engine(HiddenReader()).decide(DecisionRequest(state="s", questions=request.questions,
+                                                          taught={"route": taught}))
+        assert refused.value.errors[0].loc == ("questions", "route", "x_taught")
+
+
 def test_hidden_for_reports_the_state_without_changing_the_answer():
     request = parse_request({"state": "s", "questions": {"noul": NOUL}})
     plain = engine(HiddenReader()).decide(request)

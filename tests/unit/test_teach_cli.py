@@ -111,6 +111,12 @@ def test_what_the_readout_reads_is_printed():
     both = {**words, "reads": "both"}
     assert ("reads the hidden state, softmax, penalty 1.0, and 812 terms of the state"
             in render_fit(NOUL, "ready", both, None))
+    middle = {**fit, "reads": "middle"}
+    assert ("reads the state's mean at a middle layer, softmax, penalty 1.0)"
+            in render_fit(NOUL, "ready", middle, None))
+    slot = {**words, "reads": "slot+lexical"}
+    assert ("reads the middle layer at the answer slot, softmax, penalty 1.0, and 812 terms"
+            in render_fit(NOUL, "ready", slot, None))
 
 
 def test_a_refusal_of_the_service_names_the_file_and_line_before_anything_is_taught(
