@@ -45,26 +45,10 @@ from decide.core.protocol import parse_request
 from decide.llm.batched import entries
 from decide.llm.catalog import load_catalog
 from decide.llm.decoding import load_decoding_engine
+from decide.llm.middle_tap import GGML_F32, TensorHead  # also sets libggml's argtypes
 
 PENALTIES = (0.001, 0.01, 0.1, 1.0, 10.0)
 FOLDS = 6
-
-
-class GgmlTensor(ctypes.Structure):
-    """The head of ``struct ggml_tensor`` (ggml.h of the bundled llama.cpp) up to its name."""
-
-    _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p),
-                ("ne", ctypes.c_int64 * 4), ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int),
-                ("op_params", ctypes.c_int32 * 16), ("flags", ctypes.c_int32),
-                ("src", ctypes.c_void_p * 10), ("view_src", ctypes.c_void_p),
-                ("view_offs", ctypes.c_size_t), ("data", ctypes.c_void_p),
-                ("name", ctypes.c_char * 64)]
-
-
-libggml.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
-                                            ctypes.c_size_t]
-libggml.ggml_backend_tensor_get.restype = None
-GGML_F32 = 0
 
 
 class LayerTap:
@@ -82,7 +66,7 @@ class LayerTap:
         self.memory = llama_cpp.llama_get_memory(self.context)
 
     def _on_tensor(self, pointer, ask, _user) -> bool:
-        tensor = ctypes.cast(pointer, ctypes.POINTER(GgmlTensor)).contents
+        tensor = ctypes.cast(pointer, ctypes.POINTER(TensorHead)).contents
         name = tensor.name.decode()
         wanted = name.startswith("l_out-") or name == "result_norm"
         if ask:

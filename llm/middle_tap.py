@@ -32,7 +32,7 @@ def middle_layer(layers: int) -> int:
     return int(layers * MIDDLE_FRACTION)
 
 
-class _TensorHead(ctypes.Structure):
+class TensorHead(ctypes.Structure):
     """``struct ggml_tensor`` (ggml.h of the bundled llama.cpp) up to its name."""
 
     _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p),
@@ -43,7 +43,7 @@ class _TensorHead(ctypes.Structure):
                 ("name", ctypes.c_char * 64)]
 
 
-_GGML_F32 = 0
+GGML_F32 = 0
 libggml.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                             ctypes.c_size_t]
 libggml.ggml_backend_tensor_get.restype = None
@@ -98,7 +98,7 @@ class MiddleTap:
         if not self._armed:
             return not ask
         try:
-            head = ctypes.cast(pointer, ctypes.POINTER(_TensorHead)).contents
+            head = ctypes.cast(pointer, ctypes.POINTER(TensorHead)).contents
             if head.name != self.name:
                 return not ask
             if not ask:
@@ -108,8 +108,8 @@ class MiddleTap:
             self._failure = f"reading {self.name.decode()} failed: {error}"
             return not ask
 
-    def _keep(self, pointer: int, head: _TensorHead) -> None:
-        if head.type != _GGML_F32:
+    def _keep(self, pointer: int, head: TensorHead) -> None:
+        if head.type != GGML_F32:
             self._failure = f"{self.name.decode()} is not in 32-bit floats"
             return
         values = np.empty((head.ne[1], head.ne[0]), dtype=np.float32)
