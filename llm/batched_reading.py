@@ -1,7 +1,6 @@
-"""The reader's batched plan (``llm.batched``): how a round of rows is decoded in large
-multi-sequence batches, and the rounds of a request. A part of ``LlamaReader``, kept in a
-module of its own; the exact plans' packed rounds (``_decode_round``) go through
-``_decode_batches`` too."""
+"""How the reader decodes a round of rows in multi-sequence batches (``_decode_batches``): the
+exact plan's packed rounds (``_decode_round``, ``llm.packing``) and the batched plan's rounds
+(``llm.batched``). A part of ``LlamaReader``, kept in a module of its own."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from decide.llm.gguf import GgufModel
 from decide.llm.llama_context import LlamaContext
 from decide.llm.log_softmax import LogSoftmax
 from decide.llm.middle_tap import MiddleTap
-from decide.llm.packing import Batch, Item
+from decide.llm.packing import Batch, Item, Rows, round_batches, round_items
 
 OPTION_SEQUENCES = 128
 """Sequences of a packed context: the prefix's, a round's pieces and options, the padding's."""
@@ -34,6 +33,7 @@ class BatchedReading:
     gpu_offload: int
     tokens_decoded: int
     tokens_padded: int
+    _grouped_outputs: bool
     _multi_labels: LlamaContext | None
 
     def _options(self) -> LlamaContext: ...
@@ -59,11 +59,13 @@ class BatchedReading:
         return self._multi_labels
 
     def _decode_batches(self, context: LlamaContext, batches: Sequence[Batch], *, used: int,
-                        start: int, on_output: Callable[[int, Item, np.ndarray], None],
+                        start: int,
+                        on_output: Callable[[int, Item, np.ndarray, int], None],
                         between: Callable[[], None] | None = None) -> None:
         """Decode a round's batches in sequences 1..``used``, each copied from the prefix's
-        (sequence 0, ``start`` tokens); ``on_output(index, item, logits)`` for every item whose
-        logits are read (``index``: its place in the round). ``between()`` before every batch
+        (sequence 0, ``start`` tokens); ``on_output(index, item, logits, in_batch)`` for every
+        item whose logits are read (``index``: its place in the round; ``in_batch``: in its
+        batch). ``between()`` before every batch
         but the first: it may decode other requests, in other contexts
         (``llm.context_levels``), or raise to stop. Pads go to the last sequence, and every
         sequence of the round is removed again at the end."""
@@ -93,7 +95,7 @@ class BatchedReading:
                 self.tokens_padded += batch.pads
                 for index, item in enumerate(batch.items):
                     if item.reads or item.label:
-                        on_output(first + index, item, context.logits(index))
+                        on_output(first + index, item, context.logits(index), index)
                 first += len(batch.items)
                 if batch.pads:
                     llama_cpp.llama_memory_seq_rm(memory, padding, -1, -1)
@@ -103,6 +105,44 @@ class BatchedReading:
             context.seq_counts[:] = 1
             for row in context.seq_ids:
                 row[0] = 0
+
+    # The exact plan's packed rounds (CPU, ``llm.packing``).
+
+    def _decode_round(self, context: LlamaContext, split: Rows, members: list[int], *,
+                      start: int, slots: dict[int, list[float]],
+                      middles: dict[int, list[float]] | None = None,
+                      between: Callable[[], None] | None = None) -> list[list[float]]:
+        """The round's option log-probabilities; each member that is a key of ``slots`` gets
+        the hidden state at its question piece's last token (where its option's first token is
+        read), and each of ``middles`` the tap's layer there (the packing rule computes every
+        layer of a token alike whatever its batch holds). ``between``: the job's
+        ``before_row``, asked between batches where this read may (``_between_batches``)."""
+        items, used = round_items(split, members, start, first_seq=1)
+        found = {member: [0.0] * len(split[member][1]) for member in members}
+        tap = context.tap if middles else None
+        wanted = middles or {}
+
+        def read(_: int, item: Item, logits: np.ndarray, in_batch: int) -> None:
+            normalised = LogSoftmax(logits)
+            for member, position, token in item.reads:
+                found[member][position] = normalised(token)
+                if position == 0 and member in slots:
+                    slots[member] = self._hidden_state(logits)
+                if position == 0 and tap is not None and member in wanted:
+                    wanted[member] = tap.row(in_batch)
+
+        if tap is not None:
+            tap.arm()
+        try:
+            self._decode_batches(context, round_batches(items, piece=len(split[members[0]][0]),
+                                                        grouped_outputs=self._grouped_outputs,
+                                                        limit=context.batch_size),
+                                 used=used, start=start, on_output=read,
+                                 between=self._between_batches(between))
+        finally:
+            if tap is not None:
+                tap.disarm()
+        return [found[member] for member in members]
 
     # The batched plan (a GPU's default): every row in large batches (``llm.batched``).
 
@@ -134,7 +174,7 @@ class BatchedReading:
             self._ensure_prefix(context, prefix)
             round_ = round_plan(plan_rows, members, start=len(prefix), first_seq=1)
 
-            def read(index: int, item: Item, logits: np.ndarray,
+            def read(index: int, item: Item, logits: np.ndarray, _in_batch: int,
                      labels: dict[int, int] = round_.labels) -> None:
                 member = labels.get(index)
                 if member is not None:

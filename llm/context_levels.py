@@ -123,39 +123,62 @@ class LevelledContexts:
     def _decode(self, context: LlamaContext, tokens: Sequence[int], *, start: int) -> None: ...
     def _drop_piece(self) -> None: ...
 
-    def _read_middle(self, prefix: tuple[int, ...], rows: Sequence[Row], exact: bool,
-                     middle: list[list[float]], slot_middle: dict[int, list[float]]) -> None:
-        """The state's mean at the middle layer appended to ``middle``; each row of
-        ``slot_middle`` given the layer at its answer slot (its question's piece)."""
-        middle.append(self._prefix_middle(prefix, exact))
-        for index in slot_middle:
-            slot_middle[index] = self._slot_middle(prefix, entries([rows[index]])[0].piece,
-                                                   exact)
+    def _slots_left(self, prefix: tuple[int, ...], rows: Sequence[Row], exact: bool,
+                    slot_middle: dict[int, list[float]]) -> None:
+        """Each row of ``slot_middle`` the read's decode did not give its layer at the answer
+        slot (``_slot_taken``: the packed rounds and the one-by-one rows give it; the batched
+        plan does not) gets it by ``_slot_middle``'s extra decode."""
+        for index, values in slot_middle.items():
+            if not values:
+                slot_middle[index] = self._slot_middle(prefix, entries([rows[index]])[0].piece,
+                                                       self._middle_context(exact, rows))
 
-    def _prefix_middle(self, prefix: tuple[int, ...], exact: bool) -> list[float]:
-        """The state's mean at the tap's layer, from the context option rows decode in by
-        this read's plan (the packed one where option rows are packed or batched, else the
-        one-sequence one), whatever the request's rows: its bits never depend on its
-        companions, and the option rows (the default readout's) decode there next without
-        decoding the state again."""
+    @contextmanager
+    def _slot_taken(self, context: LlamaContext, slot_middle: dict[int, list[float]],
+                    index: int) -> Iterator[None]:
+        """Around a row's decode of its answer slot alone after the state (a label row, or a
+        question piece read one by one): row ``index``, if ``slot_middle`` wants it, gets the
+        tap's layer at the decode's last token. Where nothing is decoded (the piece was
+        cached), ``_slots_left`` reads it later."""
+        tap = context.tap
+        if tap is None or index not in slot_middle:
+            yield
+            return
+        tap.arm()
+        try:
+            yield
+        except BaseException:
+            tap.disarm()
+            raise
+        slot_middle[index] = tap.last_if_decoded() or []
+
+    def _prefix_middle(self, prefix: tuple[int, ...], rows: Sequence[Row],
+                       exact: bool) -> list[float]:
+        """The state's mean at the tap's layer, from the context the request's rows decode in
+        next (``_middle_context``), so the state is decoded once."""
         if self.packed and not self._packing_checked:
             self._check_packing()  # it may find option rows are read one by one here
-        context = self._middle_context(exact)
+        context = self._middle_context(exact, rows)
         self._ensure_prefix(context, prefix)
         assert context.prefix_middle is not None
         return context.prefix_middle
 
-    def _middle_context(self, exact: bool) -> LlamaContext:
-        options_packed = (self.batched and not exact) or self.packed
+    def _middle_context(self, exact: bool, rows: Sequence[Row]) -> LlamaContext:
+        """The packed context where this read's plan packs or batches option rows, else the
+        one-sequence one (label rows by the exact plan, or option rows read one by one). A
+        model serves one readout (``decide.core.profile``), so a state's middle layer comes
+        from the same kind of context in every request: its bits never depend on the
+        request's other questions."""
+        options_packed = ((self.batched and not exact)
+                          or (self.packed and any(row.continuation for row in rows)))
         return self._options() if options_packed else self._labels()
 
     def _slot_middle(self, prefix: tuple[int, ...], piece: Sequence[int],
-                     exact: bool) -> list[float]:
+                     context: LlamaContext) -> list[float]:
         """The tap's layer at a question's answer slot: its piece decoded alone after the
         state, in the context ``_prefix_middle`` reads (after it), then removed again. One
-        small decode, made only where a fit or a readout reads it; decoded alone, its bits
-        never depend on the request's other rows."""
-        context = self._middle_context(exact)
+        small decode, made only where the read's own decode gave no slot (the batched plan);
+        decoded alone, its bits never depend on the request's other rows."""
         self._ensure_prefix(context, prefix)
         if context is self._single:
             self._drop_piece()  # a piece cached after the state, with its cells

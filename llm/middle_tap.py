@@ -55,7 +55,10 @@ class TapFailed(RuntimeError):
 
 class MiddleTap:
     """One context's tap: ``arm()``, decode the prefix, ``mean()``; or ``arm()``, decode a
-    question's piece after it, ``last()`` (the layer at its last token, the answer slot)."""
+    question's piece after it, ``last()`` (the layer at its last token, the answer slot); or
+    ``arm()`` before a packed round and ``row(i)`` after each of its batches (the layer at the
+    batch's token ``i``: llama.cpp computes a middle layer for every token of a batch, in
+    batch order)."""
 
     def __init__(self, layers: int) -> None:
         self.name = f"l_out-{middle_layer(layers)}".encode()
@@ -81,6 +84,19 @@ class MiddleTap:
         self._finished()
         assert self._latest is not None
         return [float(value) for value in self._latest[-1]]
+
+    def last_if_decoded(self) -> list[float] | None:
+        """``last()`` where a decode came by since ``arm()``, else None; disarms."""
+        if self._latest is None and not self._failure:
+            self._armed = False
+            return None
+        return self.last()
+
+    def row(self, index: int) -> list[float]:
+        """Token ``index`` of the latest batch (armed: it stays armed for the next batch)."""
+        if self._failure or self._latest is None:
+            raise TapFailed(self._failure or f"llama.cpp computed no {self.name.decode()}")
+        return [float(value) for value in self._latest[index]]
 
     def disarm(self) -> None:
         """Stop reading (after a decode that failed, too)."""

@@ -51,12 +51,8 @@ from decide.llm.llama_context import DecodeError, LlamaContext
 from decide.llm.log_softmax import LogSoftmax
 from decide.llm.packing import (
     GROUP,
-    Item,
-    Rows,
     output_rows_grouped,
     packing_check_rows,
-    round_batches,
-    round_items,
     rounds,
     split_row,
 )
@@ -130,16 +126,20 @@ class LlamaReader(LevelledContexts, BatchedReading):
              exact: bool = False, middle: list[list[float]] | None = None,
              slot_middle: dict[int, list[float]] | None = None) -> list[list[float]]:
         """Each row's label logits or option log-probabilities; ``hidden`` (row index →) gets
-        the hidden state at answer slots, ``middle`` and ``slot_middle`` a middle layer's
-        (``context_levels._read_middle``: the read decodes in tapped contexts, same bits)."""
+        the hidden state at answer slots, ``middle`` the state's mean at a middle layer and
+        ``slot_middle`` (row index →) that layer at answer slots, read as the rows decode
+        (``llm.context_levels``: the read decodes in tapped contexts, same bits)."""
         with self._levels.entered(tapped=middle is not None):
+            slots = {} if middle is None or slot_middle is None else slot_middle
             if middle is not None:
-                self._read_middle(tuple(prefix), rows, exact, middle, slot_middle or {})
-            return self._read(tuple(prefix), rows, before_row, hidden, exact)
+                middle.append(self._prefix_middle(tuple(prefix), rows, exact))
+            results = self._read(tuple(prefix), rows, before_row, hidden, exact, slots)
+            self._slots_left(tuple(prefix), rows, exact, slots)
+            return results
 
     def _read(self, prefix: tuple[int, ...], rows: Sequence[Row],
               before_row: Callable[[], None] | None, hidden: dict[int, list[float]] | None,
-              exact: bool) -> list[list[float]]:
+              exact: bool, slots: dict[int, list[float]]) -> list[list[float]]:
         results: list[list[float]] = [[] for _ in rows]
         hidden = {} if hidden is None else hidden
         if self.batched and not exact:
@@ -155,7 +155,8 @@ class LlamaReader(LevelledContexts, BatchedReading):
                     end = index
                     while end < len(rows) and rows[end].continuation:
                         end += 1
-                    self._read_packed(prefix, rows, index, end, results, before_row, hidden)
+                    self._read_packed(prefix, rows, index, end, results, before_row, hidden,
+                                      slots)
                     index = end
                     continue
                 if before_row is not None:
@@ -163,6 +164,9 @@ class LlamaReader(LevelledContexts, BatchedReading):
                 context = self._labels()
                 self._ensure_prefix(context, prefix)
                 if row.continuation:
+                    with self._slot_taken(context, slots, index):
+                        self._piece_logprobs(context, split_row(row.suffix, row.continuation)[0],
+                                             start=len(prefix))
                     results[index] = self._option_logprobs(context, row, start=len(prefix))
                     if index in hidden:
                         assert self._piece_next is not None
@@ -170,9 +174,10 @@ class LlamaReader(LevelledContexts, BatchedReading):
                 else:
                     self._drop_piece()
                     try:
-                        results[index] = self._label_logits(
-                            context, row, start=len(prefix),
-                            hidden=hidden if index in hidden else None, index=index)
+                        with self._slot_taken(context, slots, index):
+                            results[index] = self._label_logits(
+                                context, row, start=len(prefix),
+                                hidden=hidden if index in hidden else None, index=index)
                     finally:
                         llama_cpp.llama_memory_seq_rm(context.memory, 0, len(prefix), -1)
                 index += 1
@@ -224,12 +229,13 @@ class LlamaReader(LevelledContexts, BatchedReading):
     def _read_packed(self, prefix: tuple[int, ...], rows: Sequence[Row], first: int, end: int,
                      results: list[list[float]],
                      before_row: Callable[[], None] | None,
-                     hidden: dict[int, list[float]]) -> None:
+                     hidden: dict[int, list[float]],
+                     slot_middle: dict[int, list[float]] | None = None) -> None:
         """Option rows ``first``..``end`` in rounds; each round's rows ask ``before_row`` first
         (another request decoded meanwhile may leave the cache holding another prefix), and the
         outermost read asks it between the round's batches too (``_between_batches``). Rows
         whose index is a key of ``hidden`` get the hidden state at their question piece's last
-        token."""
+        token, and those of ``slot_middle`` the middle layer there."""
         split = [split_row(rows[index].suffix, rows[index].continuation)
                  for index in range(first, end)]
         context = self._options()
@@ -240,38 +246,16 @@ class LlamaReader(LevelledContexts, BatchedReading):
                     before_row()
             self._ensure_prefix(context, prefix)
             slots = {member: [] for member in members if first + member in hidden}
-            for member, values in zip(members, self._decode_round(context, split, members,
-                                                                  start=len(prefix),
-                                                                  slots=slots,
-                                                                  between=before_row),
-                                      strict=True):
+            middles = {member: [] for member in members if first + member in (slot_middle or {})}
+            for member, values in zip(members, self._decode_round(
+                    context, split, members, start=len(prefix), slots=slots, middles=middles,
+                    between=before_row), strict=True):
                 results[first + member] = values
             for member, state in slots.items():
                 hidden[first + member] = state
-
-    def _decode_round(self, context: LlamaContext, split: Rows, members: list[int], *,
-                      start: int, slots: dict[int, list[float]],
-                      between: Callable[[], None] | None = None) -> list[list[float]]:
-        """The round's option log-probabilities; each member that is a key of ``slots`` gets
-        the hidden state at its question piece's last token (where its option's first token is
-        read). ``between``: the job's ``before_row``, asked between batches where this read
-        may (``_between_batches``)."""
-        items, used = round_items(split, members, start, first_seq=1)
-        found = {member: [0.0] * len(split[member][1]) for member in members}
-
-        def read(_: int, item: Item, logits: np.ndarray) -> None:
-            normalised = LogSoftmax(logits)
-            for member, position, token in item.reads:
-                found[member][position] = normalised(token)
-                if position == 0 and member in slots:
-                    slots[member] = self._hidden_state(logits)
-
-        self._decode_batches(context, round_batches(items, piece=len(split[members[0]][0]),
-                                                    grouped_outputs=self._grouped_outputs,
-                                                    limit=context.batch_size),
-                             used=used, start=start, on_output=read,
-                             between=self._between_batches(between))
-        return [found[member] for member in members]
+            for member, state in middles.items():
+                assert slot_middle is not None
+                slot_middle[first + member] = state
 
     # Label rows, and option rows read one by one (GPU).
 

@@ -1,8 +1,8 @@
 """A middle layer (``llm.middle_tap``), which taught readouts read: the state's mean there and
 its value at a question's answer slot, reported where a question asks for its hidden state,
 the same bits alone, among companions, from the cache and from another load of the model;
-and a read in the tapped contexts answers with the same bits as a plain one (issue 34: the
-tap only reads)."""
+a read in the tapped contexts answers with the same bits as a plain one (issue 34: the tap
+only reads), and decodes no more than a plain one."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ STATE = "My card was charged twice for order A-104. Please refund the duplicate.
 REFUND = {"type": "noul", "instructions": "Does the customer ask for a refund?"}
 TEAM = {"type": "choice", "instructions": "Which team should handle it?",
         "criteria": ["billing", "technical support", "sales"]}
+MANY = {"type": "choice", "instructions": "Which product is it about?",
+        "criteria": [f"product line {number}" for number in range(40)]}
 
 
 def asked(questions: dict, wanting: str, state: str = STATE):
@@ -40,18 +42,25 @@ def test_a_tapped_read_answers_as_a_plain_one_and_reports_the_middle_layer(defau
     assert middle_layer(default_engine.model.layers) == 8  # gemma-3-270m: 18 layers
 
 
-def test_the_middle_layer_keeps_its_bits_alone_among_companions_and_from_the_cache(
-        default_engine):
-    engine = default_engine.engine
+@pytest.fixture(params=["option readout", "label readout"])
+def loaded(request, default_engine, label_engine):
+    """The default model read both ways: option rows packed (its own readout), and label rows
+    (a decider-style model's): the slot is read where each decodes the answer slot."""
+    return default_engine if request.param == "option readout" else label_engine
+
+
+def test_the_middle_layer_keeps_its_bits_alone_among_companions_and_from_the_cache(loaded):
+    engine = loaded.engine
     alone = engine.decide(asked({"refund": REFUND}, "refund"))
     among = engine.decide(asked({"team": TEAM, "refund": REFUND}, "refund"))
-    default_engine.reader.forget_prefix()
+    first = engine.decide(asked({"refund": REFUND, "team": TEAM, "many": MANY}, "refund"))
+    loaded.reader.forget_prefix()
     cold = engine.decide(asked({"refund": REFUND}, "refund"))
     cached = engine.decide(asked({"team": TEAM}, "team"))  # the state still decoded
     other = engine.decide(asked({"refund": REFUND}, "refund",
                                 state="The app crashes when I open settings."))
-    assert alone.middle == among.middle == cold.middle == cached.middle
-    assert alone.slot_middle == among.slot_middle == cold.slot_middle
+    assert alone.middle == among.middle == first.middle == cold.middle == cached.middle
+    assert alone.slot_middle == among.slot_middle == first.slot_middle == cold.slot_middle
     assert other.middle != alone.middle
     assert other.slot_middle["refund"] != alone.slot_middle["refund"]
     assert cached.slot_middle["team"] != alone.slot_middle["refund"]
@@ -68,3 +77,24 @@ def test_another_load_of_the_model_reads_the_same_middle_layer(default_engine, s
         assert again.middle == first.middle and again.slot_middle == first.slot_middle
     finally:
         loaded.close()
+
+
+def decoded_by(loaded, request) -> int:
+    before = loaded.reader.tokens_decoded
+    loaded.engine.decide(request)
+    return loaded.reader.tokens_decoded - before
+
+
+def test_the_middle_layer_costs_no_decode_beyond_the_answers(loaded):
+    """The state's mean is read in the context the rows decode in next, and the slot as the
+    row that answers it decodes it: a read that reports both decodes what a plain one does
+    (it decoded the question's piece once more before)."""
+    questions = {"refund": REFUND, "team": TEAM}
+    plain = parse_request({"state": STATE, "questions": questions})
+    tapped = replace(plain, hidden_for=frozenset(questions))
+    loaded.engine.decide(plain), loaded.engine.decide(tapped)  # priors read, contexts made
+    loaded.reader.forget_prefix()
+    plain_tokens = decoded_by(loaded, plain)
+    loaded.reader.forget_prefix()
+    tapped_tokens = decoded_by(loaded, tapped)
+    assert tapped_tokens == plain_tokens > len(loaded.engine.plan(plain).prefix)

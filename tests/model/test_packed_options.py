@@ -246,9 +246,9 @@ def counting_packed_reads(reader) -> list[int]:
     real = reader._read_packed
     calls: list[int] = []
 
-    def counted(prefix, rows, first, end, results, before_row, hidden):
+    def counted(prefix, rows, first, end, *rest):
         calls.append(end - first)
-        real(prefix, rows, first, end, results, before_row, hidden)
+        real(prefix, rows, first, end, *rest)
 
     reader._read_packed = counted
     return calls

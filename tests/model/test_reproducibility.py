@@ -154,6 +154,7 @@ def test_a_failure_while_reading_a_piece_leaves_the_cache_consistent(default_eng
                                                                      monkeypatch):
     """An error after the piece reached llama.cpp but before the reader noted it: the reader
     forgets its cache, so the next reads decode from scratch and give the usual numbers."""
+    import decide.llm.batched_reading as rounds_module
     import decide.llm.reader as reader_module
 
     reader = default_engine.reader
@@ -169,8 +170,10 @@ def test_a_failure_while_reading_a_piece_leaves_the_cache_consistent(default_eng
             raise MemoryError("no room for a copy")
         return real(logits)
 
-    monkeypatch.setattr(reader_module, "LogSoftmax", failing_once)
+    for module in (reader_module, rounds_module):  # pieces read one by one, packed rounds
+        monkeypatch.setattr(module, "LogSoftmax", failing_once)
     with pytest.raises(MemoryError):
         reader.read(plan.prefix, plan.rows)
-    monkeypatch.setattr(reader_module, "LogSoftmax", real)
+    for module in (reader_module, rounds_module):
+        monkeypatch.setattr(module, "LogSoftmax", real)
     assert reader.read(plan.prefix, plan.rows) == expected  # the same state: no stale cells
