@@ -89,7 +89,7 @@ def decoded(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         question, _ = parse_taught_question(item["question"], "q")
         assert question is not None
         key = hashlib.sha256(json.dumps([identity, item["state"], item["question"], "middle",
-                                         "slot"],
+                                         "slot read in the round"],
                                         sort_keys=True).encode()).hexdigest()[:32]
         path = CACHE / f"{key}.json"
         if not path.exists():
@@ -188,10 +188,28 @@ def run(train_rows, test_rows, size: int) -> dict[str, dict[str, Any]]:
         log_loss = float(np.mean([-np.log(max(item.probabilities[item.gold], 1e-12))
                                   for item in scored]))
         summary[way] = {"accuracy": accuracy(scored), "ece": ece(scored), "log_loss": log_loss,
+                        "ece_if_calibrated": ece_if_calibrated(scored),
                         "by_domain": {domain: accuracy([item for item in scored
                                                         if item.domain == domain])
                                       for domain in domains}}
     return summary
+
+
+def ece_if_calibrated(scored: list[Scored], draws: int = 400) -> tuple[float, float]:
+    """The ECE these probabilities would show were they exactly calibrated: each item's answer
+    drawn from its own probabilities, ``draws`` times; the median and the 90th percentile.
+    What a set of this size can tell apart from calibrated (the noise the ECE target is read
+    against)."""
+    generator = np.random.default_rng(0)
+    found = []
+    for _ in range(draws):
+        drawn = [Scored(item.item_id, item.domain, item.options, item.probabilities,
+                        int(generator.choice(len(item.probabilities),
+                                             p=np.array(item.probabilities)
+                                             / sum(item.probabilities))))
+                 for item in scored]
+        found.append(ece(drawn))
+    return float(np.median(found)), float(np.quantile(found, 0.9))
 
 
 def main() -> None:
@@ -210,12 +228,15 @@ def main() -> None:
     train, test = items_of(args.set)
     train_rows, test_rows = decoded(train), decoded(test)
     print(f"set {args.set}: {len(train_rows)} train items, {len(test_rows)} test items")
-    print("size  readout            accuracy  ECE     log-loss  by domain")
+    print("size  readout            accuracy  ECE     (if calibrated: median, 90%)  log-loss  "
+          "by domain")
     for size in args.sizes:
         for way, figures in run(train_rows, test_rows, size).items():
             domains = " ".join(f"{d} {v:.2f}" for d, v in figures["by_domain"].items())
+            floor, high = figures["ece_if_calibrated"]
             print(f"{size:<5} {way:<18} {figures['accuracy']:.3f}     {figures['ece']:.3f}   "
-                  f"{figures['log_loss']:.3f}     {domains}")
+                  f"({floor:.3f}, {high:.3f})                {figures['log_loss']:.3f}     "
+                  f"{domains}")
         print("      taught reads:", dict(READS))
         READS.clear()
     penalties = (" --penalties " + " ".join(f"{p:g}" for p in args.penalties)

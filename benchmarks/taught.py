@@ -15,7 +15,9 @@ Run on demand (not a test):
   (b) cost: one request (a routing choice, a refund noul, an urgency score) answered by its
       taught questions against the same request with "x_taught": false, each state asked
       both ways (either first in turn: the second finds the state's prefix decoded); the
-      ratio of median decode times (goal <= 1.1).
+      ratio of median decode times (goal <= 1.1). Then the same for a readout that reads the
+      middle layer at the answer slot: the second set's relevance question taught on its
+      train items, asked over its test states.
   (c) fit time of a question taught on --fit-examples examples, embedded and in the
       distributed setup (PostgreSQL, Redis, a Celery worker; as the tests use them): from the
       POST to ready, and the fit's own seconds. Goal: under 60 s each.
@@ -27,6 +29,7 @@ Run on demand (not a test):
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -48,6 +51,7 @@ from tests.support.local import LocalCluster, await_ready, free_port
 
 CALIBRATION = ROOT / "quality" / "calibration.jsonl"
 DECISIONS = ROOT / "quality" / "decisions.jsonl"
+RELEVANCE = ROOT / "quality" / "second" / "relevance.jsonl"
 
 
 class EmbeddedServer:
@@ -148,8 +152,38 @@ def cost(client: httpx.Client, calls: int) -> None:
     for question, examples in (route, urgency, refund):
         teach(client, question, examples, use="always")  # the cost of a taught answer
     taught = {"route": route[0], "refund": refund[0], "urgency": urgency[0]}
-    zero_shot = {key: {**value, "x_taught": False} for key, value in taught.items()}
     states = [item["state"] for item in load_set(DECISIONS)][:calls]
+    taught_ms, zero_ms = decode_times(client, taught, states)
+    ratio = statistics.median(taught_ms) / statistics.median(zero_ms)
+    print(f"(b) cost: {calls} requests of 3 questions, each state asked both ways (either "
+          f"first in turn): taught median decode "
+          f"{statistics.median(taught_ms):.1f} ms, zero-shot {statistics.median(zero_ms):.1f} ms"
+          f" = {ratio:.3f}x (goal <= 1.1)")
+
+
+def slot_cost(client: httpx.Client, calls: int) -> None:
+    """The cost of a readout that reads the middle layer at the answer slot: the second set's
+    relevance question (a query and a passage), taught on its train items, asked over its
+    test states (each a new state, decoded cold)."""
+    items = [json.loads(line) for line in RELEVANCE.read_text(encoding="utf-8").splitlines()]
+    question = items[0]["question"]
+    fit = teach(client, question, [{"state": item["state"], "answer": item["gold"]}
+                                   for item in items if item["split"] == "train"],
+                use="always")
+    states = [item["state"] for item in items if item["split"] == "test"][:calls]
+    taught_ms, zero_ms = decode_times(client, {"relevance": question}, states)
+    ratio = statistics.median(taught_ms) / statistics.median(zero_ms)
+    print(f"(b) cost of a slot readout: {len(states)} requests of the second set's relevance "
+          f"question (its fit reads {fit['fit']['reads']!r}), each state asked both ways: "
+          f"taught median decode {statistics.median(taught_ms):.1f} ms, zero-shot "
+          f"{statistics.median(zero_ms):.1f} ms = {ratio:.3f}x (goal <= 1.1)")
+
+
+def decode_times(client: httpx.Client, taught: dict[str, Any],
+                 states: list[Any]) -> tuple[list[float], list[float]]:
+    """Decode times (ms) of the taught questions and of the same ones asked zero-shot, over
+    each state in turn."""
+    zero_shot = {key: {**value, "x_taught": False} for key, value in taught.items()}
     taught_ms: list[float] = []
     zero_ms: list[float] = []
     for number, state in enumerate(states):
@@ -163,11 +197,7 @@ def cost(client: httpx.Client, calls: int) -> None:
             answers = response.json()["answers"]
             assert all(("x_taught" in answer) == (questions is taught)
                        for answer in answers.values()), answers
-    ratio = statistics.median(taught_ms) / statistics.median(zero_ms)
-    print(f"(b) cost: {calls} requests of 3 questions, each state asked both ways (either "
-          f"first in turn): taught median decode "
-          f"{statistics.median(taught_ms):.1f} ms, zero-shot {statistics.median(zero_ms):.1f} ms"
-          f" = {ratio:.3f}x (goal <= 1.1)")
+    return taught_ms, zero_ms
 
 
 def fit_examples(count: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -257,6 +287,8 @@ def main() -> None:
                 if not args.skip_quality:
                     quality(client, args.sizes)
                 cost(client, args.calls)
+                forget_all(client)
+                slot_cost(client, args.calls)
                 forget_all(client)
             fit_time(server.url, args.fit_examples, "embedded")
         finally:

@@ -35,7 +35,7 @@ from decide.core.taught import (
 )
 from decide.teach import regression
 from decide.teach.lexical import LexicalFit, combined, fit_lexical, lexical_probabilities
-from decide.teach.regression import FOLDS, PENALTIES, Model, choose_penalty, log_loss
+from decide.teach.regression import FOLDS, PENALTIES, Model, choose_penalty, for_all, log_loss
 
 __all__ = ["FOLDS", "PENALTIES", "Fitted", "fit_readout", "gate", "scores"]
 
@@ -202,7 +202,7 @@ def _fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
     chosen = _choose_reads({name: fit[2] for name, fit in fits.items()}, lexical, y)
     dense = _dense_of(chosen.reads)
     kind, penalty, _, kinds = fits[dense]
-    model = Model.fit(vectors[dense], y, k, ordinal=kind == ORDINAL, penalty=penalty)
+    model = Model.fit(vectors[dense], y, k, ordinal=kind == ORDINAL, penalty=for_all(penalty, y))
     readout = replace(model.readout(taught_id, answers, model_identity),
                       uses_zero_shot=zero_shot is not None, reads=chosen.reads,
                       lexical=None if lexical is None or chosen.reads not in LEXICAL_READS
@@ -316,7 +316,7 @@ def learning_curve(vectors: dict[str, np.ndarray], y: np.ndarray, k: int, *, ord
                               y[chosen])
         dense = _dense_of(reads.reads)
         model = Model.fit(vectors[dense][chosen], y[chosen], k, ordinal=ordinal,
-                          penalty=penalties[dense][0])
+                          penalty=for_all(penalties[dense][0], y[chosen]))
         taught = _predicted(reads.reads, model, lexical, vectors[dense][rest],
                             [] if states is None else [states[index] for index in rest])
         point: dict[str, Any] = {"examples": size, "held_out": len(rest), "reads": reads.reads,

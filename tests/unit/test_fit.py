@@ -226,3 +226,13 @@ def test_a_fit_reads_the_middle_layer_at_the_slot_where_that_carries_the_answers
     assert (found.argmax(axis=1) == y).mean() == 1.0
     with pytest.raises(ValueError, match="middle layer"):
         fitted.readout.answer_probabilities(list(noise[0]), {}, "", middle=list(noise[0]))
+
+
+def test_the_fit_on_all_examples_keeps_the_prior_the_folds_chose():
+    """A penalty chosen on five folds (each fit on 4/5 of the examples) is scaled by 4/5 for
+    the fit on all of them; with fewer examples than folds, by (n - 1) / n."""
+    from decide.teach.regression import for_all
+
+    assert for_all(10.0, np.array([0, 1] * 20)) == pytest.approx(8.0)
+    assert for_all(9.0, np.array([0, 1, 0])) == pytest.approx(6.0)
+    assert for_all(5.0, np.array([1])) == 5.0
