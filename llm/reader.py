@@ -49,6 +49,7 @@ from decide.llm.gguf import GgufModel
 from decide.llm.hidden import HiddenProjection
 from decide.llm.llama_context import DecodeError, LlamaContext
 from decide.llm.log_softmax import LogSoftmax
+from decide.llm.middle_tap import middle_layer
 from decide.llm.packing import (
     GROUP,
     output_rows_grouped,
@@ -119,6 +120,11 @@ class LlamaReader(LevelledContexts, BatchedReading):
         return level.multi
 
     reads_middle = True  # ``read`` reports a middle layer (``middle``, ``slot_middle``)
+
+    @property
+    def middle_layer(self) -> int:
+        """Which layer ``middle`` and ``slot_middle`` are (``llm.middle_tap``)."""
+        return middle_layer(self.model.layers)
 
     def read(self, prefix: Sequence[int], rows: Sequence[Row],
              before_row: Callable[[], None] | None = None, *,

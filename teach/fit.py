@@ -129,17 +129,24 @@ def fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
                 zero_shot: np.ndarray | None = None, model_identity: str = "",
                 use: str = AUTO, between: Callable[[], None] | None = None,
                 states: Sequence[Any] | None = None,
-                middle: np.ndarray | None = None, slot: np.ndarray | None = None) -> Fitted:
+                middle: np.ndarray | None = None, slot: np.ndarray | None = None,
+                layer: int | None = None) -> Fitted:
     """``_fit_readout``, with ``between`` called before each of its model fits (hundreds:
     every penalty's every fold, the learning curve's): a worker runs waiting foreground work
-    there, and a cancel stops the fit, as between a decode's rows."""
+    there, and a cancel stops the fit, as between a decode's rows. ``layer``: which layer
+    ``middle`` and ``slot`` are, recorded in a readout that reads one."""
     token = regression.BETWEEN_FITS.set(between)
     try:
-        return _fit_readout(taught_id, hidden, labels, answers, ordinal=ordinal,
-                            zero_shot=zero_shot, model_identity=model_identity, use=use,
-                            states=states, middle=middle, slot=slot)
+        fitted = _fit_readout(taught_id, hidden, labels, answers, ordinal=ordinal,
+                              zero_shot=zero_shot, model_identity=model_identity, use=use,
+                              states=states, middle=middle, slot=slot)
     finally:
         regression.BETWEEN_FITS.reset(token)
+    if middle is None or layer is None:
+        return fitted
+    reads_layer = fitted.readout.reads in (*MIDDLE_READS, *SLOT_READS)
+    return Fitted(readout=replace(fitted.readout, layer=layer if reads_layer else None),
+                  figures={**fitted.figures, "middle_layer": layer})
 
 
 def _features(hidden: np.ndarray, zero_shot: np.ndarray | None) -> np.ndarray:

@@ -109,7 +109,7 @@ def fit_examples(taught_id: str, question: Question, examples: list[dict[str, An
     started = time.perf_counter()
     keys = answer_keys(question)
     hidden, labels, zero_shot, middle, slot = [], [], [], [], []
-    tokens, identity = 0, ""
+    tokens, identity, layer = 0, "", None
     for number, example in enumerate(examples):
         index = answer_index(question, example["answer"])
         if index is None:  # a label recorded against another version of the question
@@ -128,14 +128,14 @@ def fit_examples(taught_id: str, question: Question, examples: list[dict[str, An
         by_answer = zero_shot_by_answer(decision.answers[question.id], question)
         zero_shot.append([by_answer[key] for key in keys])
         tokens += decision.input_tokens
-        identity = decision.model_identity
+        identity, layer = decision.model_identity, decision.middle_layer
     decoded = time.perf_counter()
     fitted = fit_readout(taught_id, np.array(hidden), labels, keys,
                          ordinal=isinstance(question, ScoreQuestion),
                          zero_shot=np.array(zero_shot), model_identity=identity, use=use,
                          between=before_row,
                          states=[example["state"] for example in examples],
-                         middle=_all_or_none(middle), slot=_all_or_none(slot))
+                         middle=_all_or_none(middle), slot=_all_or_none(slot), layer=layer)
     figures = {**fitted.figures, "decode_ms": round((decoded - started) * 1000, 1),
                "seconds": round(time.perf_counter() - started, 3)}
     return fitted, figures, tokens

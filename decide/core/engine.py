@@ -60,6 +60,8 @@ class Reading:
     slot_middle: dict[str, list[float]] = field(default_factory=dict)
     """That layer at the answer slot of each question that asked for it (fits, and readouts
     that read it)."""
+    middle_layer: int | None = None
+    """Which layer ``middle`` is (the reader's ``middle_layer``)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class Decision:
     """The state's mean at a middle layer, with ``hidden`` where the reader reports it."""
     slot_middle: dict[str, list[float]] = field(default_factory=dict, compare=False)
     """That layer at the answer slot of each question in ``hidden_for``, likewise."""
+    middle_layer: int | None = field(default=None, compare=False)
+    """Which layer ``middle`` is, with it (a fit records it in its readout)."""
     model_identity: str = field(default="", compare=False)
     """The model file's identity, where the runner reports it (with ``hidden``)."""
     build: str = field(default="", compare=False)
@@ -251,7 +255,8 @@ class DecisionEngine:
         return Reading(plan=plan, logits=logits, priors=priors, hidden=hidden,
                        middle=middle[0] if middle else None,
                        slot_middle={question_id: at_slot[index]
-                                    for question_id, index in slots.items() if index in at_slot})
+                                    for question_id, index in slots.items() if index in at_slot},
+                       middle_layer=getattr(self._reader, "middle_layer", None) if middle else None)
 
     def decide(self, request: DecisionRequest,
                before_row: Callable[[], None] | None = None) -> Decision:
@@ -282,6 +287,7 @@ class DecisionEngine:
                         hidden={question_id: reading.hidden[question_id]
                                 for question_id in request.hidden_for},
                         middle=reading.middle if request.hidden_for else None,
+                        middle_layer=reading.middle_layer if request.hidden_for else None,
                         slot_middle={question_id: reading.slot_middle[question_id]
                                      for question_id in request.hidden_for
                                      if question_id in reading.slot_middle})
@@ -325,6 +331,12 @@ def _in_question_order(readout: TaughtReadout, question: Question, reading: Read
                 f"question's answers are {sorted(keys)}", type="value_error")])
     missing = ((readout.reads in MIDDLE_READS and reading.middle is None)
                or (readout.reads in SLOT_READS and question.id not in reading.slot_middle))
+    if not missing and readout.layer not in (None, reading.middle_layer):
+        raise InvalidRequest(errors=[FieldError(
+            loc=("questions", question.id, TAUGHT_FIELD),
+            msg=f"taught question {readout.id} was fitted on layer {readout.layer} of the "
+                f"model, and this worker's reader reads layer {reading.middle_layer}; teach it "
+                "again to fit it on this one", type="value_error")])
     if missing:
         raise InvalidRequest(errors=[FieldError(
             loc=("questions", question.id, TAUGHT_FIELD),

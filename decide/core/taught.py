@@ -160,6 +160,9 @@ class TaughtReadout:
     reads: str = READS_HIDDEN
     lexical: LexicalReadout | None = None
     """The lexical readout, in ``answers`` order (``reads`` lexical or both)."""
+    layer: int | None = None
+    """The model layer a middle or slot readout was fitted on (``llm.middle_tap``): a reader
+    that reads another one cannot answer with it."""
 
     def answer_probabilities(self, hidden: Sequence[float], zero_shot: dict[str, float],
                              state: Any, *, middle: Sequence[float] | None = None,
@@ -212,7 +215,8 @@ class TaughtReadout:
                 "weights": [list(row) for row in self.weights], "bias": list(self.bias),
                 "thresholds": list(self.thresholds), "model_identity": self.model_identity,
                 "uses_zero_shot": self.uses_zero_shot, "reads": self.reads,
-                **({"lexical": self.lexical.to_json()} if self.lexical is not None else {})}
+                **({"lexical": self.lexical.to_json()} if self.lexical is not None else {}),
+                **({"layer": self.layer} if self.layer is not None else {})}
 
     @classmethod
     def from_json(cls, taught_id: str, raw: dict[str, Any]) -> TaughtReadout:
@@ -224,7 +228,8 @@ class TaughtReadout:
                    uses_zero_shot=bool(raw.get("uses_zero_shot", False)),
                    reads=raw.get("reads", READS_HIDDEN),
                    lexical=(LexicalReadout.from_json(raw["lexical"]) if raw.get("lexical")
-                            else None))
+                            else None),
+                   layer=raw.get("layer"))
 
 
 def _softmax(logits: Sequence[float]) -> list[float]:

@@ -92,6 +92,7 @@ def test_a_fit_reports_its_figures(taught):
     for readout in ("taught", "zero_shot"):
         assert 0 <= fit[readout]["accuracy"] <= 1 and 0 <= fit[readout]["ece"] <= 1
     assert fit["hidden_size"] == 640 and fit["middle_size"] == 640 and fit["folds"] == 5
+    assert fit["middle_layer"] == 8  # gemma-3-270m's 18 layers: llm.middle_tap
     # what it reads, chosen by cross-validation among the hidden state or the middle layer,
     # the words, or one of them with the words
     assert set(fit["reads_log_loss"]) == {"hidden", "middle", "slot", "lexical", "both",

@@ -40,6 +40,7 @@ def test_a_tapped_read_answers_as_a_plain_one_and_reports_the_middle_layer(defau
     assert all(math.isfinite(value) for value in tapped.middle)
     assert set(tapped.slot_middle) == {"team"} and tapped.slot_middle["team"] != tapped.middle
     assert middle_layer(default_engine.model.layers) == 8  # gemma-3-270m: 18 layers
+    assert tapped.middle_layer == 8 and plain.middle_layer is None
 
 
 @pytest.fixture(params=["option readout", "label readout"])

@@ -198,8 +198,10 @@ def test_a_fit_reads_the_middle_layer_where_it_carries_the_answers():
     it is given (and refuses to answer without one)."""
     middle, y = separable()
     noise = np.random.default_rng(5).normal(size=middle.shape)
-    fitted = fit_readout("tq_1", noise, y, ["a", "b", "c"], ordinal=False, middle=middle)
-    assert fitted.readout.reads == "middle"
+    fitted = fit_readout("tq_1", noise, y, ["a", "b", "c"], ordinal=False, middle=middle,
+                         layer=8)
+    assert fitted.readout.reads == "middle" and fitted.readout.layer == 8
+    assert fitted.figures["middle_layer"] == 8
     figures = fitted.figures
     assert figures["reads"] == "middle" and figures["middle_size"] == middle.shape[1]
     assert figures["reads_log_loss"]["middle"] < figures["reads_log_loss"]["hidden"]
@@ -209,8 +211,9 @@ def test_a_fit_reads_the_middle_layer_where_it_carries_the_answers():
     assert (found.argmax(axis=1) == y).mean() == 1.0
     with pytest.raises(ValueError, match="middle layer"):
         fitted.readout.answer_probabilities(list(noise[0]), {}, "")
-    assert fit_readout("tq_1", middle, y, ["a", "b", "c"], ordinal=False,
-                       middle=noise).readout.reads == "hidden"
+    hidden_fit = fit_readout("tq_1", middle, y, ["a", "b", "c"], ordinal=False, middle=noise,
+                             layer=8).readout
+    assert hidden_fit.reads == "hidden" and hidden_fit.layer is None  # it reads no layer
 
 
 def test_a_fit_reads_the_middle_layer_at_the_slot_where_that_carries_the_answers():

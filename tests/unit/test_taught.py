@@ -189,6 +189,39 @@ def test_a_readout_of_the_middle_layer_on_a_reader_without_one_is_a_422_naming_i
         assert refused.value.errors[0].loc == ("questions", "route", "x_taught")
 
 
+class MiddleReader(HiddenReader):
+    """A reader that reports a middle layer too: layer 8, as gemma-3-270m's."""
+
+    reads_middle = True
+    middle_layer = 8
+
+    def read(self, prefix, rows, before_row=None, *, hidden=None, exact=False, middle=None,
+             slot_middle=None):
+        if middle is not None:
+            middle.append([1.0, 2.0])
+        for index in slot_middle or {}:
+            slot_middle[index] = [3.0, 4.0]
+        return super().read(prefix, rows, before_row, hidden=hidden, exact=exact)
+
+
+def test_a_readout_fitted_on_another_layer_is_a_422_naming_both():
+    """A middle readout records its layer; a worker whose reader reads another one (another
+    release's choice of layer) refuses it rather than answer from the wrong layer."""
+    request = parse_request({"state": "s", "questions": {"route": ROUTE}})
+
+    def asked(layer: int | None) -> DecisionRequest:
+        taught = replace(readout(), reads="middle", layer=layer)
+        assert TaughtReadout.from_json("tq_1", taught.to_json()) == taught
+        return DecisionRequest(state="s", questions=request.questions, taught={"route": taught})
+
+    for layer in (8, None):  # its own layer, or a readout stored before layers were recorded
+        wire = engine(MiddleReader()).decide(asked(layer)).to_wire()["answers"]
+        assert wire["route"]["x_taught"] == "tq_1"
+    with pytest.raises(InvalidRequest, match=r"layer 5 .* layer 8") as refused:
+        engine(MiddleReader()).decide(asked(5))
+    assert refused.value.errors[0].loc == ("questions", "route", "x_taught")
+
+
 def test_hidden_for_reports_the_state_without_changing_the_answer():
     request = parse_request({"state": "s", "questions": {"noul": NOUL}})
     plain = engine(HiddenReader()).decide(request)
