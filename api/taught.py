@@ -37,6 +37,7 @@ from decide.core.taught import (
     answer_keys,
     match_key,
     parse_taught_question,
+    superseded,
 )
 from decide.llm.catalog import gguf_path
 from decide.llm.hidden import HiddenProjection, HiddenStateUnavailable
@@ -94,10 +95,7 @@ def _check_named(ctx: ApiContext, owner: str, model: str, question: Question) ->
                            "wait for it (GET /v1/questions/{id}?wait=30)")
     newer = taught_store.superseded_by(ctx.db, record)
     if newer is not None:
-        raise _refuse(loc, f"taught question {question.taught} is version {record.version} of "
-                           f"its question, and version {newer.version} ({newer.id}) is ready: "
-                           "earlier versions answer nothing (they stay readable for audit); "
-                           f"name {newer.id}, or leave x_taught out to use the one that answers")
+        raise superseded(loc, question.taught, record.version, newer.id, newer.version)
     if record.model != model:
         raise _refuse(loc, f"taught question {question.taught} was taught on model "
                            f"{record.model!r}, and this request asks model {model!r}")

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Engine, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
+from decide.core.taught import answering_version
 from decide.store.clock import database_now, read_database_now
 from decide.store.ids import new_id
 from decide.store.job_life import OWNER, move
@@ -226,30 +227,23 @@ def finish_fit(db: Engine, taught_id: str, *, readout: dict[str, Any] | None,
 def answering(db: Engine, *, owner: str,
               match_keys: list[str]) -> dict[str, tuple[str, str | None]]:
     """Which taught question answers each match key of ``owner`` that has one: its id and the
-    identity of the model file it was fitted on.
-
-    The rule: the newest ready version of the question answers if its fit is used (its gate
-    passed, or it was taught to be used always; ``decide.teach.fit.gate``); if it is not used,
-    the question is answered zero-shot. Earlier versions answer nothing once a newer one is
-    ready; while a newer one is queued or fitting (or where it failed), the newest ready one
-    goes on answering."""
+    identity of the model file it was fitted on (the rule: ``core.taught.answering_version``)."""
     if not match_keys:
         return {}
     query = (select(taught_questions.c.match_key, taught_questions.c.id,
-                    taught_questions.c.model_identity, taught_questions.c.fit)
+                    taught_questions.c.version, taught_questions.c.model_identity,
+                    taught_questions.c.fit)
              .where(taught_questions.c.owner == owner,
                     taught_questions.c.match_key.in_(sorted(set(match_keys))),
-                    taught_questions.c.status == READY)
-             .order_by(taught_questions.c.version))
+                    taught_questions.c.status == READY))
+    by_key: dict[str, list[Any]] = {}
     with db.connect() as connection:
-        newest = {row.match_key: row for row in connection.execute(query)}
-    return {key: (row.id, row.model_identity) for key, row in newest.items() if _used(row.fit)}
-
-
-def _used(fit: str | None) -> bool:
-    """A fit answers unless its gate says it is unused (fits from before the gate answer)."""
-    gate = (json.loads(fit) if fit else {}).get("gate") or {}
-    return gate.get("used", True) is not False
+        for row in connection.execute(query):
+            by_key.setdefault(row.match_key, []).append(row)
+    found = {key: answering_version(rows, version=lambda row: row.version,
+                                    fit=lambda row: json.loads(row.fit) if row.fit else None)
+             for key, rows in by_key.items()}
+    return {key: (row.id, row.model_identity) for key, row in found.items() if row is not None}
 
 
 def superseded_by(db: Engine, record: TaughtRecord) -> TaughtRecord | None:

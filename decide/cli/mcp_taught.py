@@ -33,8 +33,11 @@ from decide.core.taught import (
     MAX_EXAMPLES,
     TaughtReadout,
     answer_keys,
+    answering_version,
+    fit_used,
     match_key,
     parse_taught_question,
+    superseded,
 )
 
 QUEUED, FITTING, READY, FAILED = "queued", "fitting", "ready", "failed"
@@ -61,7 +64,7 @@ class LocalTaught:
 
     @property
     def used(self) -> bool:
-        return bool(self.fit) and (self.fit.get("gate") or {}).get("used", True) is not False
+        return bool(self.fit) and fit_used(self.fit)
 
 
 def _refuse(loc: tuple[Any, ...], msg: str, kind: str = "value_error") -> InvalidRequest:
@@ -103,15 +106,19 @@ class TaughtBook:
                               "process's only: decide mcp --url keeps them in a service)")
         return found
 
+    def _ready(self, key: str) -> list[LocalTaught]:
+        return [taught for taught in self._taught.values()
+                if taught.match_key == key and taught.status == READY]
+
     def _newest_ready(self, key: str) -> LocalTaught | None:
-        ready = [taught for taught in self._taught.values()
-                 if taught.match_key == key and taught.status == READY]
-        return max(ready, key=lambda taught: taught.version, default=None)
+        return max(self._ready(key), key=lambda taught: taught.version, default=None)
 
     def answering_id(self, key: str) -> str | None:
-        """The taught question that answers questions of match key ``key``, if one does."""
-        newest = self._newest_ready(key)
-        return newest.id if newest is not None and newest.used else None
+        """The taught question that answers questions of match key ``key``, if one does (the
+        service's rule: ``core.taught.answering_version``)."""
+        found = answering_version(self._ready(key), version=lambda taught: taught.version,
+                                  fit=lambda taught: taught.fit)
+        return None if found is None else found.id
 
     def view(self, taught: LocalTaught) -> dict[str, Any]:
         """As ``GET /v1/questions/{id}`` shows a taught question."""
@@ -151,9 +158,7 @@ class TaughtBook:
         newest = self._newest_ready(named.match_key)
         if newest is not named:
             assert newest is not None
-            raise _refuse(loc, f"taught question {named.id} is version {named.version} of its "
-                               f"question, and version {newest.version} ({newest.id}) is "
-                               "ready: earlier versions answer nothing")
+            raise superseded(loc, named.id, named.version, newest.id, newest.version)
         taught, _ = parse_taught_question(named.question)
         assert taught is not None  # checked when it was taught
         if named.model != model or taught.type != question.type or sorted(

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from decide.core.errors import FieldError, InvalidRequest
 from decide.core.lexical import LexicalReadout
@@ -57,6 +57,39 @@ PROBABILITY_FLOOR = 1e-12
 """The least probability a product of experts reads (``TaughtReadout.answer_probabilities``)."""
 """A zero-shot probability is read as a feature as ``log(max(p, floor))`` (answers are rounded
 to 4 decimals, so 0 means below this)."""
+
+
+Version = TypeVar("Version")
+
+
+def fit_used(fit: Mapping[str, Any] | None) -> bool:
+    """Whether a ready version's fit answers: unless its gate says it is unused (fits from
+    before the gate answer)."""
+    return (((fit or {}).get("gate")) or {}).get("used", True) is not False
+
+
+def answering_version(ready: Iterable[Version], *, version: Callable[[Version], int],
+                      fit: Callable[[Version], Mapping[str, Any] | None]) -> Version | None:
+    """Which version of one question answers a question that names none, of its ``ready``
+    versions (the service's in ``store.taught``, in-process MCP's in ``cli.mcp_taught``).
+
+    The rule: the newest ready version answers if its fit is used (its gate passed, or it was
+    taught to be used always; ``decide.teach.fit.gate``); if it is not used, the question is
+    answered zero-shot. Earlier versions answer nothing once a newer one is ready; while a
+    newer one is queued or fitting (or where it failed), the newest ready one goes on
+    answering."""
+    newest = max(ready, key=version, default=None)
+    return newest if newest is not None and fit_used(fit(newest)) else None
+
+
+def superseded(loc: tuple[Any, ...], named: str, named_version: int, newer: str,
+               newer_version: int) -> InvalidRequest:
+    """The refusal of a named version that a newer ready one supersedes (the same rule)."""
+    return InvalidRequest(errors=[FieldError(
+        loc=loc, msg=f"taught question {named} is version {named_version} of its question, "
+        f"and version {newer_version} ({newer}) is ready: earlier versions answer nothing "
+        f"(they stay readable for audit); name {newer}, or leave x_taught out to use the one "
+        "that answers", type="value_error")])
 
 
 def parse_taught_question(raw: Any, question_id: str = "question") -> tuple[Question | None,

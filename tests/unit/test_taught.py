@@ -237,3 +237,19 @@ def test_a_readout_may_read_the_zero_shot_answer_too():
     assert features == [2.0, 3.0, math.log(1e-4), math.log(0.25), math.log(0.5)]
     assert readout().features([2.0, 3.0], {}) == [2.0, 3.0]
     assert TaughtReadout.from_json("tq_1", taught.to_json()) == taught
+
+
+def test_the_answering_rule_is_the_newest_ready_version_if_its_fit_is_used():
+    """One rule (``answering_version``), which the service's store and in-process MCP apply."""
+    from decide.core.taught import answering_version
+
+    def answering(*versions: tuple[int, dict | None]):
+        found = answering_version(versions, version=lambda pair: pair[0],
+                                  fit=lambda pair: pair[1])
+        return None if found is None else found[0]
+
+    used, unused, before_the_gate = {"gate": {"used": True}}, {"gate": {"used": False}}, {}
+    assert answering((1, used), (3, used), (2, unused)) == 3
+    assert answering((1, used), (2, unused)) is None  # zero-shot, not the older version
+    assert answering((1, before_the_gate)) == 1
+    assert answering() is None
