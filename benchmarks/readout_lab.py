@@ -195,6 +195,31 @@ def run(train_rows, test_rows, size: int) -> dict[str, dict[str, Any]]:
     return summary
 
 
+def fold_check(train_rows, test_rows, features: dict[str, str]) -> None:
+    """Per task, one dense readout (``features``: domain → "middle" or "slot") with its penalty
+    chosen over 5 folds, 10 folds and leave-one-out: out-of-fold accuracy on the train items
+    beside the test items' accuracy and mean confidence (whether the train items can see
+    what the test items show)."""
+    print("task         features  folds  penalty  out-of-fold accuracy  test accuracy  "
+          "test confidence")
+    for domain, feature in features.items():
+        rows = [row for row in train_rows if row["domain"] == domain]
+        tests = [row for row in test_rows if row["domain"] == domain]
+        x, y = np.array([row[feature] for row in rows]), np.array([row["y"] for row in rows])
+        k, ordinal = len(rows[0]["keys"]), rows[0]["ordinal"]
+        for folds in (5, 10, len(rows)):
+            regression.FOLDS = folds
+            penalty, out_of_fold = regression.choose_penalty(x, y, k, ordinal=ordinal)
+            model = regression.Model.fit(x, y, k, ordinal=ordinal,
+                                         penalty=regression.for_all(penalty, y))
+            found = model.predict(np.array([row[feature] for row in tests]))
+            right = found.argmax(axis=1) == np.array([row["y"] for row in tests])
+            print(f"{domain:<12} {feature:<9} {folds:<6} {penalty:<8g} "
+                  f"{(out_of_fold.argmax(axis=1) == y).mean():<21.2f} {right.mean():<14.2f} "
+                  f"{found.max(axis=1).mean():.2f}")
+    regression.FOLDS = 5
+
+
 def ece_if_calibrated(scored: list[Scored], draws: int = 400) -> tuple[float, float]:
     """The ECE these probabilities would show were they exactly calibrated: each item's answer
     drawn from its own probabilities, ``draws`` times; the median and the 90th percentile.
@@ -220,6 +245,9 @@ def main() -> None:
                         help="the hidden readout's penalties tried (default: the service's)")
     parser.add_argument("--gate-standard-errors", type=float,
                         help="the gate's margin in standard errors (default: the service's)")
+    parser.add_argument("--fold-check", action="store_true",
+                        help="the second set only: each task's out-of-fold accuracy by 5 and 10 "
+                             "folds and left one out, beside its test accuracy")
     args = parser.parse_args()
     if args.gate_standard_errors is not None:
         fit_module.GATE_STANDARD_ERRORS = args.gate_standard_errors
@@ -227,6 +255,12 @@ def main() -> None:
         regression.PENALTIES = tuple(args.penalties)
     train, test = items_of(args.set)
     train_rows, test_rows = decoded(train), decoded(test)
+    if args.fold_check:
+        fold_check(train_rows, test_rows, {"tool_calls": "middle", "severity": "middle",
+                                           "phishing": "middle", "relevance": "slot"})
+        print(f"command: .venv/bin/python benchmarks/readout_lab.py --set {args.set} "
+              "--fold-check")
+        return
     print(f"set {args.set}: {len(train_rows)} train items, {len(test_rows)} test items")
     print("size  readout            accuracy  ECE     (if calibrated: median, 90%)  log-loss  "
           "by domain")
