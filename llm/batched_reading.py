@@ -148,23 +148,25 @@ class BatchedReading:
 
     def _read_batched(self, prefix: tuple[int, ...], rows: Sequence[Row],
                       results: list[list[float]], before_row: Callable[[], None] | None,
-                      hidden: dict[int, list[float]]) -> None:
+                      hidden: dict[int, list[float]],
+                      slot_middle: dict[int, list[float]] | None = None) -> None:
         """Every row in rounds of large batches; each round's rows ask ``before_row`` first.
         Label rows get their label logits, option rows their option log-probabilities; rows
         whose index is a key of ``hidden`` the hidden state where their first answer token is
-        read."""
+        read, and those of ``slot_middle`` the tap's layer there."""
         everything = entries(rows)
         for context, wanted in ((self._batched_labels(), True), (self._options(), False)):
             indices = [index for index, entry in enumerate(everything)
                        if entry.is_label == wanted]
             if indices:
                 self._read_batched_in(context, prefix, [everything[index] for index in indices],
-                                      indices, results, before_row, hidden)
+                                      indices, results, before_row, hidden, slot_middle or {})
 
     def _read_batched_in(self, context: LlamaContext, prefix: tuple[int, ...],
                          plan_rows: list[Entry], indices: list[int], results: list[list[float]],
                          before_row: Callable[[], None] | None,
-                         hidden: dict[int, list[float]]) -> None:
+                         hidden: dict[int, list[float]],
+                         slot_middle: dict[int, list[float]]) -> None:
         """``plan_rows`` (the request's rows ``indices``) in rounds in ``context``."""
         for members in batched_rounds(plan_rows, seqs=context.sequences - 2,
                                       cells=context.cells - len(prefix)):
@@ -173,15 +175,19 @@ class BatchedReading:
                     before_row()
             self._ensure_prefix(context, prefix)
             round_ = round_plan(plan_rows, members, start=len(prefix), first_seq=1)
+            tap = (context.tap if any(indices[member] in slot_middle for member in members)
+                   else None)
 
-            def read(index: int, item: Item, logits: np.ndarray, _in_batch: int,
-                     labels: dict[int, int] = round_.labels) -> None:
+            def read(index: int, item: Item, logits: np.ndarray, in_batch: int,
+                     labels: dict[int, int] = round_.labels, tap: MiddleTap | None = tap) -> None:
                 member = labels.get(index)
                 if member is not None:
                     row = indices[member]
                     results[row] = [float(logits[token]) for token in plan_rows[member].label_ids]
                     if row in hidden:
                         hidden[row] = self._hidden_state(logits)
+                    if tap is not None and row in slot_middle:
+                        slot_middle[row] = tap.row(in_batch)
                     return
                 normalised = LogSoftmax(logits)
                 for member, position, token in item.reads:
@@ -191,8 +197,16 @@ class BatchedReading:
                     results[row][position] = normalised(token)
                     if position == 0 and row in hidden:
                         hidden[row] = self._hidden_state(logits)
+                    if position == 0 and tap is not None and row in slot_middle:
+                        slot_middle[row] = tap.row(in_batch)
 
             batches = [Batch(chunk, 0, tuple(item.output for item in chunk))
                        for chunk in cut(round_.items, context.batch_size)]
-            self._decode_batches(context, batches, used=round_.used, start=len(prefix),
-                                 on_output=read, between=self._between_batches(before_row))
+            if tap is not None:
+                tap.arm()
+            try:
+                self._decode_batches(context, batches, used=round_.used, start=len(prefix),
+                                     on_output=read, between=self._between_batches(before_row))
+            finally:
+                if tap is not None:
+                    tap.disarm()

@@ -126,8 +126,10 @@ class LevelledContexts:
     def _slots_left(self, prefix: tuple[int, ...], rows: Sequence[Row], exact: bool,
                     slot_middle: dict[int, list[float]]) -> None:
         """Each row of ``slot_middle`` the read's decode did not give its layer at the answer
-        slot (``_slot_taken``: the packed rounds and the one-by-one rows give it; the batched
-        plan does not) gets it by ``_slot_middle``'s extra decode."""
+        slot (every plan gives it as it decodes the slot: the packed and batched rounds by
+        their batch row, ``_slot_taken`` for rows read one by one; only a question piece
+        already cached for an earlier row's question is not decoded again) gets it by
+        ``_slot_middle``'s extra decode."""
         for index, values in slot_middle.items():
             if not values:
                 slot_middle[index] = self._slot_middle(prefix, entries([rows[index]])[0].piece,
@@ -177,7 +179,7 @@ class LevelledContexts:
                      context: LlamaContext) -> list[float]:
         """The tap's layer at a question's answer slot: its piece decoded alone after the
         state, in the context ``_prefix_middle`` reads (after it), then removed again. One
-        small decode, made only where the read's own decode gave no slot (the batched plan);
+        small decode, made only where the read's own decode gave no slot (``_slots_left``);
         decoded alone, its bits never depend on the request's other rows."""
         self._ensure_prefix(context, prefix)
         if context is self._single:

@@ -149,7 +149,7 @@ class LlamaReader(LevelledContexts, BatchedReading):
         results: list[list[float]] = [[] for _ in rows]
         hidden = {} if hidden is None else hidden
         if self.batched and not exact:
-            self._read_batched(prefix, rows, results, before_row, hidden)
+            self._read_batched(prefix, rows, results, before_row, hidden, slots)
             return results
         index = 0
         try:

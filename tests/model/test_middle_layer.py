@@ -99,3 +99,37 @@ def test_the_middle_layer_costs_no_decode_beyond_the_answers(loaded):
     loaded.reader.forget_prefix()
     tapped_tokens = decoded_by(loaded, tapped)
     assert tapped_tokens == plain_tokens > len(loaded.engine.plan(plain).prefix)
+
+
+@pytest.fixture(scope="module")
+def batched(default_engine):
+    """The same model read by the batched plan (a GPU's default, forced on the CPU)."""
+    from decide.core.engine import DecisionEngine
+    from decide.llm.engines import LoadedEngine
+    from decide.llm.gguf import GgufTokenizer
+    from decide.llm.reader import LlamaReader
+
+    exact = default_engine.reader
+    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
+                         threads=exact.threads, batched=True)
+    engine = DecisionEngine(default_engine.engine.model_name, GgufTokenizer(default_engine.model),
+                            reader, default_engine.engine.profile,
+                            default_engine.engine.context_window)
+    yield LoadedEngine(engine=engine, model=default_engine.model, reader=reader)
+    reader.close()
+
+
+def test_the_batched_plan_reads_the_slot_in_its_own_batches(batched, default_engine):
+    """By the batched plan too the slot comes from the batch that reads the answer (no decode
+    beyond a plain read's), and it is the exact plan's layer within the plan's tolerance."""
+    test_the_middle_layer_costs_no_decode_beyond_the_answers(batched)
+    questions = {"refund": REFUND, "team": TEAM}
+    request = replace(parse_request({"state": STATE, "questions": questions}),
+                      hidden_for=frozenset(questions))
+    by_batches = batched.engine.decide(request)
+    exact = default_engine.engine.decide(request)
+    assert set(by_batches.slot_middle) == set(questions)
+    for question_id in questions:
+        found, expected = by_batches.slot_middle[question_id], exact.slot_middle[question_id]
+        scale = max(abs(value) for value in expected)
+        assert max(abs(a - b) for a, b in zip(found, expected, strict=True)) < 0.05 * scale
