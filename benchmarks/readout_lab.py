@@ -202,22 +202,30 @@ def fold_check(train_rows, test_rows, features: dict[str, str]) -> None:
     what the test items show)."""
     print("task         features  folds  penalty  out-of-fold accuracy  test accuracy  "
           "test confidence")
-    for domain, feature in features.items():
-        rows = [row for row in train_rows if row["domain"] == domain]
-        tests = [row for row in test_rows if row["domain"] == domain]
-        x, y = np.array([row[feature] for row in rows]), np.array([row["y"] for row in rows])
-        k, ordinal = len(rows[0]["keys"]), rows[0]["ordinal"]
-        for folds in (5, 10, len(rows)):
-            regression.FOLDS = folds
-            penalty, out_of_fold = regression.choose_penalty(x, y, k, ordinal=ordinal)
-            model = regression.Model.fit(x, y, k, ordinal=ordinal,
-                                         penalty=regression.for_all(penalty, y))
-            found = model.predict(np.array([row[feature] for row in tests]))
-            right = found.argmax(axis=1) == np.array([row["y"] for row in tests])
-            print(f"{domain:<12} {feature:<9} {folds:<6} {penalty:<8g} "
-                  f"{(out_of_fold.argmax(axis=1) == y).mean():<21.2f} {right.mean():<14.2f} "
-                  f"{found.max(axis=1).mean():.2f}")
-    regression.FOLDS = 5
+    kept = regression.FOLDS
+    try:
+        for domain, feature in features.items():
+            fold_check_task(train_rows, test_rows, domain, feature)
+    finally:
+        regression.FOLDS = kept
+
+
+def fold_check_task(train_rows, test_rows, domain: str, feature: str) -> None:
+    """One task's lines of ``fold_check``."""
+    rows = [row for row in train_rows if row["domain"] == domain]
+    tests = [row for row in test_rows if row["domain"] == domain]
+    x, y = np.array([row[feature] for row in rows]), np.array([row["y"] for row in rows])
+    k, ordinal = len(rows[0]["keys"]), rows[0]["ordinal"]
+    for folds in (5, 10, len(rows)):
+        regression.FOLDS = folds
+        penalty, out_of_fold = regression.choose_penalty(x, y, k, ordinal=ordinal)
+        model = regression.Model.fit(x, y, k, ordinal=ordinal,
+                                     penalty=regression.for_all(penalty, y))
+        found = model.predict(np.array([row[feature] for row in tests]))
+        right = found.argmax(axis=1) == np.array([row["y"] for row in tests])
+        print(f"{domain:<12} {feature:<9} {folds:<6} {penalty:<8g} "
+              f"{(out_of_fold.argmax(axis=1) == y).mean():<21.2f} {right.mean():<14.2f} "
+              f"{found.max(axis=1).mean():.2f}")
 
 
 def ece_if_calibrated(scored: list[Scored], draws: int = 400) -> tuple[float, float]:

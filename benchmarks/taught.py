@@ -46,6 +46,7 @@ import httpx
 from workloads import quality_summary  # benchmarks/, this script's own folder
 
 from decide.cli.teaching import first_per_answer, read_examples
+from decide.core.taught import SLOT_READS
 from decide.quality.evaluate import evaluate, load_set
 from tests.support.local import LocalCluster, await_ready, free_port
 
@@ -170,6 +171,7 @@ def slot_cost(client: httpx.Client, calls: int) -> None:
     fit = teach(client, question, [{"state": item["state"], "answer": item["gold"]}
                                    for item in items if item["split"] == "train"],
                 use="always")
+    assert fit["fit"]["reads"] in SLOT_READS, fit["fit"]["reads"]  # else it measures another
     states = [item["state"] for item in items if item["split"] == "test"][:calls]
     taught_ms, zero_ms = decode_times(client, {"relevance": question}, states)
     ratio = statistics.median(taught_ms) / statistics.median(zero_ms)

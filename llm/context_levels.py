@@ -157,7 +157,8 @@ class LevelledContexts:
     def _prefix_middle(self, prefix: tuple[int, ...], rows: Sequence[Row],
                        exact: bool) -> list[float]:
         """The state's mean at the tap's layer, from the context the request's rows decode in
-        next (``_middle_context``), so the state is decoded once."""
+        next (``_middle_context``), so the state is decoded once (but for the batched plan's
+        label rows on a CPU, which decode in a context of their own)."""
         if self.packed and not self._packing_checked:
             self._check_packing()  # it may find option rows are read one by one here
         context = self._middle_context(exact, rows)

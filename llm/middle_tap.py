@@ -5,11 +5,12 @@ llama.cpp hands no intermediate layer to its caller; its eval callback (``cb_eva
 context is made) is called for each node of every graph it computes, asked first whether the
 node is wanted and then, for a wanted one, once its values exist. A tap asks for one node,
 the output of layer ``middle_layer(n_layer)`` (``l_out-N``), only while armed (as the state's
-prefix is decoded), and sums its rows. Measured on both quality sets (EVALUATION.md, "A middle
-layer"): that layer averaged over the state reads questions far better than the last layer at
-the answer slot. The callback is a Python call per graph node (about 700 a decode), so only
-the contexts that decode taught questions carry one (``llm.context_levels``: a family of its
-own), and every other read decodes as before.
+prefix is decoded, and as the rows that read an answer slot decode it), and keeps its rows.
+Measured on both quality sets (EVALUATION.md, "A middle layer"): that layer averaged over the
+state reads questions far better than the last layer at the answer slot. The callback is a
+Python call per graph node (about 700 a decode), so only the contexts that decode taught
+questions carry one (``llm.context_levels``: a family of their own), and every other read
+decodes as before.
 
 The sums are taken in double precision in batch order, which the prefix's chunks fix: the
 same state gives the same bits in the same kind of context.

@@ -94,7 +94,7 @@ def fit_lexical(states: Sequence[Any], labels: Sequence[int], k: int) -> Lexical
     assert best is not None
     _, penalty, out_of_fold = best
     span = _Span(gram)
-    weights, bias = span.fit(y, k, penalty)
+    weights, bias = span.fit(y, k, regression.for_all(penalty, y))
     by_term = (weights @ span.to_coordinates.T) @ x  # coordinates' weights mapped to terms
     readout = LexicalReadout.of(terms, idf, by_term.tolist(), bias.tolist())
     return LexicalFit(readout=readout, penalty=penalty, out_of_fold=out_of_fold)

@@ -331,12 +331,15 @@ def _in_question_order(readout: TaughtReadout, question: Question, reading: Read
                 f"question's answers are {sorted(keys)}", type="value_error")])
     missing = ((readout.reads in MIDDLE_READS and reading.middle is None)
                or (readout.reads in SLOT_READS and question.id not in reading.slot_middle))
-    if not missing and readout.layer not in (None, reading.middle_layer):
+    reads_layer = readout.reads in (*MIDDLE_READS, *SLOT_READS)
+    if not missing and reads_layer and readout.layer != reading.middle_layer:
+        fitted_on = ("a middle layer read where an earlier release read it" if readout.layer
+                     is None else f"layer {readout.layer} of the model")
         raise InvalidRequest(errors=[FieldError(
             loc=("questions", question.id, TAUGHT_FIELD),
-            msg=f"taught question {readout.id} was fitted on layer {readout.layer} of the "
-                f"model, and this worker's reader reads layer {reading.middle_layer}; teach it "
-                "again to fit it on this one", type="value_error")])
+            msg=f"taught question {readout.id} was fitted on {fitted_on}, and this worker's "
+                f"reader reads layer {reading.middle_layer}; teach it again to fit it on this "
+                "one", type="value_error")])
     if missing:
         raise InvalidRequest(errors=[FieldError(
             loc=("questions", question.id, TAUGHT_FIELD),

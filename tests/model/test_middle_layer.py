@@ -133,3 +133,48 @@ def test_the_batched_plan_reads_the_slot_in_its_own_batches(batched, default_eng
         found, expected = by_batches.slot_middle[question_id], exact.slot_middle[question_id]
         scale = max(abs(value) for value in expected)
         assert max(abs(a - b) for a, b in zip(found, expected, strict=True)) < 0.05 * scale
+
+
+def test_the_rounds_slot_is_the_piece_decoded_alone_within_a_hair(default_engine):
+    """The packed round's batch row at the answer slot against the question's piece decoded
+    alone after the state in the same context (how it was read before): the same layer, a
+    batch's numerics apart at most."""
+    request = asked({"refund": REFUND}, "refund")
+    in_round = default_engine.engine.decide(request).slot_middle["refund"]
+    reader = default_engine.reader
+    plan = default_engine.engine.plan(request)
+    piece = plan.rows[0].suffix[:-plan.rows[0].continuation]
+    with reader._levels.entered(tapped=True):
+        alone = reader._slot_middle(tuple(plan.prefix), piece, reader._options())
+    scale = max(abs(value) for value in alone)
+    assert max(abs(a - b) for a, b in zip(in_round, alone, strict=True)) < 0.01 * scale
+
+
+def test_a_piece_cached_for_an_earlier_question_still_gets_its_slot(default_engine):
+    """Option rows read one by one (as on a GPU by the exact plan): a question whose piece the
+    previous question left cached is not decoded again, so its slot is read by the extra
+    decode, alone, the same bits the first question's decode gave."""
+    from decide.core.engine import DecisionEngine
+    from decide.llm.gguf import GgufTokenizer
+    from decide.llm.reader import LlamaReader
+
+    exact = default_engine.reader
+    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
+                         threads=exact.threads)
+    reader.packed, reader._packing_checked = False, True
+    extra: list[int] = []
+    real_extra = reader._slot_middle
+    reader._slot_middle = lambda *args: extra.append(1) or real_extra(*args)
+    engine = DecisionEngine(default_engine.engine.model_name, GgufTokenizer(default_engine.model),
+                            reader, default_engine.engine.profile,
+                            default_engine.engine.context_window)
+    try:
+        request = asked({"first": REFUND, "again": REFUND}, "first")
+        decision = engine.decide(replace(request, hidden_for=frozenset({"first", "again"})))
+        assert decision.slot_middle["first"] and (
+            decision.slot_middle["again"] == decision.slot_middle["first"])
+        assert extra == [1]  # "again" only: "first" read it as its piece decoded
+        alone = engine.decide(asked({"again": REFUND}, "again"))
+        assert alone.slot_middle["again"] == decision.slot_middle["first"] and extra == [1]
+    finally:
+        reader.close()
