@@ -119,6 +119,8 @@ class LevelledContexts:
     def _check_packing(self) -> None: ...
     def _labels(self) -> LlamaContext: ...
     def _options(self) -> LlamaContext: ...
+    _batched_labels: Callable[[], LlamaContext]
+    """``BatchedReading``'s (declared, not stubbed: a stub here would shadow it)."""
     def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...]) -> None: ...
     def _decode(self, context: LlamaContext, tokens: Sequence[int], *, start: int) -> None: ...
     def _drop_piece(self) -> None: ...
@@ -157,8 +159,8 @@ class LevelledContexts:
     def _prefix_middle(self, prefix: tuple[int, ...], rows: Sequence[Row],
                        exact: bool) -> list[float]:
         """The state's mean at the tap's layer, from the context the request's rows decode in
-        next (``_middle_context``), so the state is decoded once (but for the batched plan's
-        label rows on a CPU, which decode in a context of their own)."""
+        next (``_middle_context``), so the state is decoded no more than a plain read decodes
+        it."""
         if self.packed and not self._packing_checked:
             self._check_packing()  # it may find option rows are read one by one here
         context = self._middle_context(exact, rows)
@@ -167,14 +169,15 @@ class LevelledContexts:
         return context.prefix_middle
 
     def _middle_context(self, exact: bool, rows: Sequence[Row]) -> LlamaContext:
-        """The packed context where this read's plan packs or batches option rows, else the
-        one-sequence one (label rows by the exact plan, or option rows read one by one). A
-        model serves one readout (``decide.core.profile``), so a state's middle layer comes
-        from the same kind of context in every request: its bits never depend on the
-        request's other questions."""
-        options_packed = ((self.batched and not exact)
-                          or (self.packed and any(row.continuation for row in rows)))
-        return self._options() if options_packed else self._labels()
+        """The context option rows decode in where the request has any (the packed one where
+        this read's plan packs or batches them, else the one-sequence one), else the one its
+        label rows decode in. A model serves one readout (``decide.core.profile``), so a
+        state's middle layer comes from the same kind of context in every request: its bits
+        never depend on the request's other questions."""
+        options = any(row.continuation for row in rows)
+        if self.batched and not exact:
+            return self._options() if options else self._batched_labels()
+        return self._options() if self.packed and options else self._labels()
 
     def _slot_middle(self, prefix: tuple[int, ...], piece: Sequence[int],
                      context: LlamaContext) -> list[float]:

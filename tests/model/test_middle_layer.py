@@ -102,27 +102,40 @@ def test_the_middle_layer_costs_no_decode_beyond_the_answers(loaded):
 
 
 @pytest.fixture(scope="module")
-def batched(default_engine):
-    """The same model read by the batched plan (a GPU's default, forced on the CPU)."""
-    from decide.core.engine import DecisionEngine
-    from decide.llm.engines import LoadedEngine
-    from decide.llm.gguf import GgufTokenizer
+def batched_reader(default_engine):
+    """A reader of the same model by the batched plan (a GPU's default, forced on the CPU)."""
     from decide.llm.reader import LlamaReader
 
     exact = default_engine.reader
     reader = LlamaReader(default_engine.model, context_size=exact.context_size,
                          threads=exact.threads, batched=True)
-    engine = DecisionEngine(default_engine.engine.model_name, GgufTokenizer(default_engine.model),
-                            reader, default_engine.engine.profile,
-                            default_engine.engine.context_window)
-    yield LoadedEngine(engine=engine, model=default_engine.model, reader=reader)
+    yield reader
     reader.close()
 
 
-def test_the_batched_plan_reads_the_slot_in_its_own_batches(batched, default_engine):
-    """By the batched plan too the slot comes from the batch that reads the answer (no decode
-    beyond a plain read's), and it is the exact plan's layer within the plan's tolerance."""
+def batched_engine(default_engine, reader, profile):
+    from decide.core.engine import DecisionEngine
+    from decide.llm.engines import LoadedEngine
+    from decide.llm.gguf import GgufTokenizer
+
+    engine = DecisionEngine(default_engine.engine.model_name, GgufTokenizer(default_engine.model),
+                            reader, profile, default_engine.engine.context_window)
+    return LoadedEngine(engine=engine, model=default_engine.model, reader=reader)
+
+
+@pytest.fixture
+def batched(default_engine, batched_reader):
+    return batched_engine(default_engine, batched_reader, default_engine.engine.profile)
+
+
+def test_the_batched_plan_reads_the_slot_in_its_own_batches(batched, batched_reader,
+                                                            default_engine, label_engine):
+    """By the batched plan too the slot comes from the batch that reads the answer and the
+    mean from the context the rows decode in (no decode beyond a plain read's, on either
+    readout), and the slot is the exact plan's layer within the plan's tolerance."""
     test_the_middle_layer_costs_no_decode_beyond_the_answers(batched)
+    test_the_middle_layer_costs_no_decode_beyond_the_answers(
+        batched_engine(default_engine, batched_reader, label_engine.engine.profile))
     questions = {"refund": REFUND, "team": TEAM}
     request = replace(parse_request({"state": STATE, "questions": questions}),
                       hidden_for=frozenset(questions))
