@@ -139,6 +139,11 @@ def test_several_workers_and_models_side_by_side(cluster_factory, tmp_path, sett
     cluster.start_worker()
     cluster.start_worker("gemma-b")
     cluster.start_api()
+    # both default-model workers ready before the batch, else one may drain it alone while
+    # the other still loads its model (as under the whole suite's load)
+    wait_until(lambda: cluster.scalar(
+        "SELECT count(*) FROM workers WHERE model = 'gemma-3-270m' AND runner_ready") == 2,
+        180, what="two ready workers of the default model")
     with cluster.client() as client:
         batch_id = submit_batch(client, 30)
         other = client.post("/v1/systemone", json={"model": "gemma-b", "state": "s",
