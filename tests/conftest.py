@@ -67,6 +67,19 @@ def default_engine(settings):
     loaded.close()
 
 
+@pytest.fixture(scope="module")
+def batched_reader(default_engine):
+    """A second reader over the same loaded model, by the batched plan (a GPU's default,
+    forced on the CPU)."""
+    from decide.llm.reader import LlamaReader
+
+    exact = default_engine.reader
+    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
+                         threads=exact.threads, batched=True)
+    yield reader
+    reader.close()
+
+
 @pytest.fixture(scope="session")
 def label_engine(default_engine):
     """The same loaded model read the SPEC §3 way (the decider layout, label logits), as a

@@ -56,16 +56,6 @@ QUESTIONS = {
 }
 
 
-@pytest.fixture(scope="module")
-def batched_reader(default_engine):
-    """A second reader over the same loaded model, by the batched plan."""
-    exact = default_engine.reader
-    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
-                         threads=exact.threads, batched=True)
-    yield reader
-    reader.close()
-
-
 def engines(default_engine, batched_reader, profile: Profile) -> tuple[DecisionEngine, ...]:
     tokenizer = GgufTokenizer(default_engine.model)
     window = default_engine.engine.context_window

@@ -101,18 +101,6 @@ def test_the_middle_layer_costs_no_decode_beyond_the_answers(loaded):
     assert tapped_tokens == plain_tokens > len(loaded.engine.plan(plain).prefix)
 
 
-@pytest.fixture(scope="module")
-def batched_reader(default_engine):
-    """A reader of the same model by the batched plan (a GPU's default, forced on the CPU)."""
-    from decide.llm.reader import LlamaReader
-
-    exact = default_engine.reader
-    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
-                         threads=exact.threads, batched=True)
-    yield reader
-    reader.close()
-
-
 def batched_engine(default_engine, reader, profile):
     from decide.core.engine import DecisionEngine
     from decide.llm.engines import LoadedEngine
