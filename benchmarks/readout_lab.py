@@ -228,6 +228,41 @@ def fold_check_task(train_rows, test_rows, domain: str, feature: str) -> None:
               f"{found.max(axis=1).mean():.2f}")
 
 
+def resplit(test_rows, size: int, repeats: int) -> None:
+    """Per task, ``repeats`` random draws of ``size`` of its test items taught as the service
+    teaches (``fitted``, the gate on) and the rest of them scored: whether the readout is
+    calibrated where its examples and the items it answers come from one pool, beside the
+    set's own split."""
+    generator = np.random.default_rng(0)
+    pooled: list[Scored] = []
+    print(f"task         draws  accuracy  mean confidence  ECE    ({size} of the test items "
+          "taught, the others answered)")
+    for domain in sorted({row["domain"] for row in test_rows}):
+        rows = [row for row in test_rows if row["domain"] == domain]
+        k, ordinal = len(rows[0]["keys"]), rows[0]["ordinal"]
+        scored: list[Scored] = []
+        for _ in range(repeats):
+            order = [rows[index] for index in generator.permutation(len(rows))]
+            chosen = first_per_answer([{**row, "answer": row["y"]} for row in order], size)
+            taught = {row["id"] for row in chosen}
+            rest = [row for row in rows if row["id"] not in taught]
+            used, predict = fitted(chosen, k, ordinal, with_states=True, with_middle=True)
+            found = (predict(rest) if used
+                     else np.array([row["zero_shot"] for row in rest]))
+            scored += [Scored(str(len(scored)), domain, tuple(map(str, range(k))),
+                              tuple(map(float, p)), int(row["y"]))
+                       for row, p in zip(rest, found)]
+        confidence = float(np.mean([max(item.probabilities) for item in scored]))
+        print(f"{domain:<12} {repeats:<6} {accuracy(scored):<9.3f} {confidence:<16.3f} "
+              f"{ece(scored):.3f}")
+        pooled += scored
+    floor, high = ece_if_calibrated(pooled, draws=100)
+    print(f"all tasks    {repeats:<6} {accuracy(pooled):<9.3f} "
+          f"{np.mean([max(item.probabilities) for item in pooled]):<16.3f} {ece(pooled):.3f}  "
+          f"(if calibrated: median {floor:.3f}, 90% {high:.3f})")
+    READS.clear()
+
+
 def ece_if_calibrated(scored: list[Scored], draws: int = 400) -> tuple[float, float]:
     """The ECE these probabilities would show were they exactly calibrated: each item's answer
     drawn from its own probabilities, ``draws`` times; the median and the 90th percentile.
@@ -253,6 +288,9 @@ def main() -> None:
                         help="the hidden readout's penalties tried (default: the service's)")
     parser.add_argument("--gate-standard-errors", type=float,
                         help="the gate's margin in standard errors (default: the service's)")
+    parser.add_argument("--resplit", type=int, metavar="DRAWS",
+                        help="the second set: each task's test items drawn DRAWS times, the "
+                             "first size taught and the rest answered (in one pool)")
     parser.add_argument("--fold-check", action="store_true",
                         help="the second set only: each task's out-of-fold accuracy by 5 and 10 "
                              "folds and left one out, beside its test accuracy")
@@ -268,6 +306,11 @@ def main() -> None:
                                            "phishing": "middle", "relevance": "slot"})
         print(f"command: .venv/bin/python benchmarks/readout_lab.py --set {args.set} "
               "--fold-check")
+        return
+    if args.resplit:
+        resplit(test_rows, args.sizes[-1], args.resplit)
+        print(f"command: .venv/bin/python benchmarks/readout_lab.py --set {args.set} --sizes "
+              f"{args.sizes[-1]} --resplit {args.resplit}")
         return
     print(f"set {args.set}: {len(train_rows)} train items, {len(test_rows)} test items")
     print("size  readout            accuracy  ECE     (if calibrated: median, 90%)  log-loss  "
