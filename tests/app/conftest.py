@@ -85,6 +85,16 @@ class FrontDoor:
         return {"Authorization": f"Bearer {key}"}
 
 
+@pytest.fixture(autouse=True)
+def four_penalties(monkeypatch):
+    """Fits here try four of the service's penalties, its range end to end: these tests show
+    the routes and the worker around a fit, which hold for any grid (the fit's own choices are
+    tests/unit/test_fit.py's and the real model's), and the fast tier stays fast."""
+    from decide.teach import regression
+
+    monkeypatch.setattr(regression, "PENALTIES", (0.001, 0.1, 10.0, 1000.0))
+
+
 @pytest.fixture(scope="session")
 def vocabulary(settings) -> LoadedEngine:
     """The embedded default's planner: its real tokenizer, profile and window (no weights)."""
