@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from decide import metrics
 from decide.api.context import ApiContext
 from decide.store import job_reads, jobs, submission
 from decide.store.db import DATABASE_AWAY, no_answer
@@ -164,11 +163,7 @@ async def wait_while_connected(ctx: ApiContext, request: Request, job_id: str,
                 waiting.cancel()
                 await run_in_threadpool(submission.leave_sync_waiter, ctx.db, job_id)
                 await asyncio.sleep(LEFT_GRACE_SECONDS)
-                if await run_in_threadpool(submission.cancel_unwaited, ctx.db, job_id):
-                    job = await run_in_threadpool(job_reads.get_job, ctx.db, job_id)
-                    if job is not None:
-                        metrics.jobs_finished.labels(job.model, job.priority,
-                                                     jobs.CANCELLED).inc()
+                await run_in_threadpool(submission.cancel_unwaited, ctx.db, job_id)
                 return False, None
     except BaseException:
         waiting.cancel()

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from decide.store import counts
 from decide.store.clock import read_database_now
 from decide.store.ids import new_id
-from decide.store.job_life import OWNER, move
+from decide.store.job_life import ENDED, OWNER, count_ends, move
 from decide.store.jobs import CANCELLED, FINISHED, QUEUED, RUNNING, STATUSES
 from decide.store.quota import Admit, Charge, batch_item_bytes
 from decide.store.tables import batches, jobs
@@ -183,7 +183,7 @@ def _progress(by_status: dict[str, tuple[int, float | None]]) -> Progress:
 @dataclass(frozen=True)
 class Cancelling:
     """What a batch cancel did: items cancelled while queued, and the running items told to
-    stop (they end ``cancelled`` on their workers, who count them)."""
+    stop (they end ``cancelled`` on their workers)."""
 
     queued: int
     running: list[str]
@@ -203,12 +203,12 @@ def cancel_batch(db: Engine, batch_id: str, owner: str) -> Cancelling:
         queued = connection.execute(
             move(QUEUED, CANCELLED, OWNER).where(jobs.c.batch_id == batch_id,
                                                  jobs.c.owner == owner)
-            .values(finished_at=now, cancel_requested=True)).rowcount
+            .values(finished_at=now, cancel_requested=True).returning(*ENDED)).all()
         running = connection.execute(
             update(jobs).where(jobs.c.batch_id == batch_id, jobs.c.owner == owner,
                                jobs.c.status == RUNNING)
             .values(cancel_requested=True).returning(jobs.c.id)).scalars().all()
-    return Cancelling(queued=queued, running=list(running))
+    return Cancelling(queued=len(count_ends(queued)), running=list(running))
 
 
 def finished_items(db: Engine, batch_id: str, page: int = 1000) -> Iterator[dict[str, Any]]:

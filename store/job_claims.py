@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 
 from decide.store.clock import database_now
-from decide.store.job_life import WORKER, move
+from decide.store.job_life import ENDED, WORKER, Ended, count_ends, move
 from decide.store.job_reads import get_job
 from decide.store.jobs import (
     CANCELLED,
@@ -89,15 +89,16 @@ def while_held(job_id: str, worker_id: str | None, attempt: int | None) -> tuple
 
 
 def end_if_cancel_requested(connection: Connection, where: tuple[Any, ...],
-                            by: str) -> list[str]:
+                            by: str) -> list[Any]:
     """Running jobs (matching ``where``) whose owner asked to cancel them end ``cancelled``,
-    in the caller's transaction; their ids. Called before a running job goes back to the
-    queue: the cancel was sent to its worker, which is gone or gave it up, so no other
-    worker would ever hear of it and the job would be decoded, and billed, after all."""
+    in the caller's transaction; their rows (``job_life.ENDED``), for the caller to count
+    once it committed. Called before a running job goes back to the queue: the cancel was
+    sent to its worker, which is gone or gave it up, so no other worker would ever hear of it
+    and the job would be decoded, and billed, after all."""
     return list(connection.execute(
         move(RUNNING, CANCELLED, by).where(*where, jobs.c.cancel_requested.is_(True))
         .values(finished_at=database_now(connection))
-        .returning(jobs.c.id)).scalars().all())
+        .returning(*ENDED)).all())
 
 
 def unclaim(db: Engine, job_id: str, *, worker_id: str | None = None,
@@ -109,11 +110,13 @@ def unclaim(db: Engine, job_id: str, *, worker_id: str | None = None,
 
     def release() -> bool:
         with db.begin() as connection:
-            if end_if_cancel_requested(connection, where, WORKER):
-                return True
-            return connection.execute(move(RUNNING, QUEUED, WORKER).where(*where).values(
-                started_at=None, worker_id=None, sent_at=None,
-                decode_runs=jobs.c.decode_runs - 1)).rowcount == 1
+            cancelled = end_if_cancel_requested(connection, where, WORKER)
+            if not cancelled:
+                return connection.execute(move(RUNNING, QUEUED, WORKER).where(*where).values(
+                    started_at=None, worker_id=None, sent_at=None,
+                    decode_runs=jobs.c.decode_runs - 1)).rowcount == 1
+        count_ends(cancelled)
+        return True
 
     return again_if_disconnected(release)
 
@@ -124,9 +127,13 @@ def finish_job(db: Engine, job: JobRecord, *, status: str,
     """running → a finished state, with its usage recorded in the same transaction; False when
     the job was not running any more, or not under this claim: ``job`` is the record its claim
     returned, and its attempt number (``decode_runs``) is the claim's token. A worker whose job
-    was re-queued (its heartbeats lost) and claimed by another cannot finish it."""
-    return again_if_disconnected(lambda: _finish(db, job, status, result, error, decode_ms,
-                                                 input_tokens))
+    was re-queued (its heartbeats lost) and claimed by another cannot finish it. A finish is
+    counted once it committed."""
+    finished = again_if_disconnected(lambda: _finish(db, job, status, result, error,
+                                                     decode_ms, input_tokens))
+    if finished:
+        count_ends([Ended(job.id, job.model, job.priority, status)])
+    return finished
 
 
 def _finish(db: Engine, job: JobRecord, status: str, result: dict[str, Any] | None,

@@ -8,6 +8,11 @@ A house rule (``tests/unit/test_house_rules.py``) refuses a status written anywh
 new job is inserted ``queued`` (``NEW``) by ``store.submission``, ``store.batches`` and
 ``store.taught``.
 
+A statement that ends jobs returns ``ENDED`` and its store function hands the rows to
+``count_ends`` once its transaction committed: every end of a job (a finish, a cancel, an
+expiry, a repair) is counted in ``decide_jobs_finished_total`` here and nowhere else (a house
+rule too), whoever made it.
+
     queued ──a worker claims it──▶ running ──its worker finishes it──▶ succeeded | failed |
       │                              │                                 cancelled
       ├──its owner cancels──▶ cancelled   ├──its worker gives it back, or recovery re-queues
@@ -19,10 +24,13 @@ new job is inserted ``queued`` (``NEW``) by ``store.submission``, ``store.batche
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Update, update
 
+from decide import metrics
 from decide.store.jobs import CANCELLED, EXPIRED, FAILED, QUEUED, RUNNING, SUCCEEDED
 from decide.store.tables import jobs
 
@@ -76,3 +84,28 @@ def move(source: str, target: str, by: str) -> Update:
                                f"{by} (store.job_life.CHANGES)")
     return update(jobs).where(jobs.c.status == source).values(status=target)
 
+
+
+ENDED = (jobs.c.id, jobs.c.model, jobs.c.priority, jobs.c.status)
+"""What a statement that ends jobs returns (``.returning(*ENDED)``), for ``count_ends``."""
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A job that ended, as ``ENDED`` returns it."""
+
+    id: str
+    model: str
+    priority: str
+    status: str
+
+
+def count_ends(ended: Iterable[Any]) -> list[str]:
+    """Count jobs that ended (rows of ``ENDED``, or ``Ended``) in
+    ``decide_jobs_finished_total``; their ids. Called by the store function that ended them,
+    after its transaction committed: a rolled-back end is never counted."""
+    ids = []
+    for job in ended:
+        metrics.jobs_finished.labels(job.model, job.priority, job.status).inc()
+        ids.append(job.id)
+    return ids

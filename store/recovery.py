@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Engine, select
 
 from decide.store.clock import database_now
 from decide.store.job_claims import end_if_cancel_requested, while_held
-from decide.store.job_life import RECOVERY, move
+from decide.store.job_life import ENDED, RECOVERY, count_ends, move
 from decide.store.jobs import CANCELLED, FAILED, QUEUED, RUNNING, json_text
 from decide.store.reconnect import again_if_disconnected
 from decide.store.tables import jobs, workers
@@ -82,18 +82,19 @@ def _requeue(connection: Connection, where: tuple[Any, ...], giving_up: _GivingU
         .values(started_at=None, worker_id=None, sent_at=None, **giving_up.adds)).rowcount
 
 
-def _give_up(connection: Connection, where: tuple[Any, ...], giving_up: _GivingUp) -> list[str]:
-    """Running jobs at their limit end failed; ids of those that did. One conditional UPDATE
-    per count (the message names it), so a job finished meanwhile stays so."""
+def _give_up(connection: Connection, where: tuple[Any, ...], giving_up: _GivingUp) -> list[Any]:
+    """Running jobs at their limit end failed; rows (``job_life.ENDED``) of those that did.
+    One conditional UPDATE per count (the message names it), so a job finished meanwhile
+    stays so."""
     reached = connection.execute(select(giving_up.count).distinct().where(
         *where, giving_up.count >= giving_up.limit)).scalars().all()
-    failed: list[str] = []
+    failed: list[Any] = []
     for count in reached:
         failed += connection.execute(
             move(RUNNING, FAILED, RECOVERY).where(*where, giving_up.count == count)
             .values(error=json_text(giving_up.error(count)),
                     finished_at=database_now(connection), **giving_up.adds)
-            .returning(jobs.c.id)).scalars().all()
+            .returning(*ENDED)).all()
     return failed
 
 
@@ -111,13 +112,15 @@ class Settled:
 
 def _settle_crashed(db: Engine, where: tuple[Any, ...], giving_up: _GivingUp) -> Settled:
     """Jobs whose decode ended without a finish: cancelled if their owner asked meanwhile,
-    else re-queued, or failed at the limit; one transaction. Each UPDATE tests the count
+    else re-queued, or failed at the limit; one transaction, its ends counted once it
+    committed. Each UPDATE tests the count
     itself, so a job is never re-queued past the limit even when ``where`` reads differently
     between the statements (a worker beating in between)."""
     with db.begin() as connection:
         cancelled = end_if_cancel_requested(connection, where, RECOVERY)
         failed = _give_up(connection, where, giving_up)
-        return Settled(_requeue(connection, where, giving_up), failed, cancelled)
+        requeued = _requeue(connection, where, giving_up)
+    return Settled(requeued, count_ends(failed), count_ends(cancelled))
 
 
 def requeue_abandoned(db: Engine, *, dead_after: float, max_attempts: int,

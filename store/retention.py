@@ -4,14 +4,11 @@ to be sent is kept until it is delivered or given up: its event is composed from
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
-
 from sqlalchemy import ColumnElement, Engine, Exists, select
 
 from decide.store import counts
 from decide.store.clock import database_now, read_database_now
-from decide.store.job_life import RETENTION, move
+from decide.store.job_life import ENDED, RETENTION, count_ends, move
 from decide.store.jobs import EXPIRED, FINISHED, QUEUED
 from decide.store.outbox import PENDING
 from decide.store.tables import batches, jobs, webhook_events
@@ -30,21 +27,20 @@ def _announcing(subject_id: ColumnElement[str]) -> Exists:
                                              webhook_events.c.status == PENDING).exists()
 
 
-def apply_retention(db: Engine, cutoff: float,
-                    on_expired: Callable[[str, str, int], None] | None = None) -> int:
+def apply_retention(db: Engine, cutoff: float) -> int:
     """Retention: jobs still queued since before ``cutoff`` expire; finished jobs older than it
     are deleted. A batch goes whole or not at all: its items only once every one of them
     finished before ``cutoff`` (deleting some would leave it short of its total, and never
     complete). Nothing is deleted while a webhook about it is pending, nor a batch before
     the webhook loop noted its completion (and wrote its events): a retention shorter than
     the webhooks' give-up must not leave a receiver an event about nothing, or none at all.
-    Usage rows stay (the audit). Returns how many jobs were deleted; ``on_expired(model,
-    priority, count)`` is told, once committed, of the jobs that expired (they finished)."""
+    Usage rows stay (the audit). Returns how many jobs were deleted; the jobs that expired
+    are counted finished once committed."""
     with db.begin() as connection:
         expired = connection.execute(
             move(QUEUED, EXPIRED, RETENTION).where(jobs.c.created_at < cutoff)
             .values(finished_at=database_now(db))
-            .returning(jobs.c.model, jobs.c.priority)).all()
+            .returning(*ENDED)).all()
         purged = connection.execute(jobs.delete().where(
             jobs.c.status.in_(FINISHED), jobs.c.finished_at < cutoff,
             jobs.c.batch_id.is_(None), ~_announcing(jobs.c.id))).rowcount
@@ -60,8 +56,5 @@ def apply_retention(db: Engine, cutoff: float,
             batches.c.created_at < cutoff,
             ~select(jobs.c.id).where(jobs.c.batch_id == batches.c.id).exists()))
         counts.forget_emptied_batches(connection)
-    if on_expired is not None:
-        for (model, priority), count in Counter((row.model, row.priority)
-                                                for row in expired).items():
-            on_expired(model, priority, count)
+    count_ends(expired)
     return purged

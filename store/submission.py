@@ -10,7 +10,7 @@ from sqlalchemy.exc import IntegrityError
 
 from decide.store.clock import database_now
 from decide.store.ids import new_id
-from decide.store.job_life import OWNER, move
+from decide.store.job_life import ENDED, OWNER, count_ends, move
 from decide.store.job_reads import find_by_idempotency_key, get_job
 from decide.store.jobs import (
     CANCELLED,
@@ -103,21 +103,23 @@ def cancel_unwaited(db: Engine, job_id: str) -> bool:
     """Cancel a sync call's job that nobody waits on any more and that has not started: the
     caller went away, so decoding it would be work nobody reads (and billed)."""
     with db.begin() as connection:
-        return connection.execute(
+        ended = connection.execute(
             move(QUEUED, CANCELLED, OWNER).where(jobs.c.id == job_id, jobs.c.sync_waiters == 0)
-            .values(finished_at=database_now(db), cancel_requested=True)
-        ).rowcount == 1
+            .values(finished_at=database_now(db), cancel_requested=True).returning(*ENDED)
+        ).all()
+    return len(count_ends(ended)) == 1
 
 
 def cancel_job(db: Engine, job_id: str, owner: str) -> JobRecord | None:
     """A queued job is cancelled at once; a running one is asked to stop before its next row."""
     now = database_now(db)
     with db.begin() as connection:
-        connection.execute(
+        ended = connection.execute(
             move(QUEUED, CANCELLED, OWNER).where(jobs.c.id == job_id, jobs.c.owner == owner)
-            .values(finished_at=now, cancel_requested=True))
+            .values(finished_at=now, cancel_requested=True).returning(*ENDED)).all()
         connection.execute(
             update(jobs).where(jobs.c.id == job_id, jobs.c.owner == owner,
                                jobs.c.status == RUNNING)
             .values(cancel_requested=True))
+    count_ends(ended)
     return get_job(db, job_id, owner)

@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from decide.core.taught import answering_version
 from decide.store.clock import database_now, read_database_now
 from decide.store.ids import new_id
-from decide.store.job_life import OWNER, move
+from decide.store.job_life import ENDED, OWNER, count_ends, move
 from decide.store.jobs import (
     CANCELLED,
     FIT,
@@ -197,15 +197,16 @@ def delete_taught(db: Engine, taught_id: str, owner: str) -> Deleted | None:
         connection.execute(delete(taught_questions).where(taught_questions.c.id == taught_id))
         if not row.job_id:
             return Deleted(row.model, None, None)
-        if connection.execute(move(QUEUED, CANCELLED, OWNER).where(jobs.c.id == row.job_id)
-                              .values(finished_at=database_now(db),
-                                      cancel_requested=True)).rowcount:
-            return Deleted(row.model, row.job_id, "cancelled")
-        if connection.execute(update(jobs).where(jobs.c.id == row.job_id,
-                                                 jobs.c.status == RUNNING)
-                              .values(cancel_requested=True)).rowcount:
-            return Deleted(row.model, row.job_id, "stopping")
-    return Deleted(row.model, row.job_id, None)
+        cancelled = connection.execute(
+            move(QUEUED, CANCELLED, OWNER).where(jobs.c.id == row.job_id)
+            .values(finished_at=database_now(db), cancel_requested=True)
+            .returning(*ENDED)).all()
+        stopping = not cancelled and connection.execute(
+            update(jobs).where(jobs.c.id == row.job_id, jobs.c.status == RUNNING)
+            .values(cancel_requested=True)).rowcount > 0
+    if count_ends(cancelled):
+        return Deleted(row.model, row.job_id, "cancelled")
+    return Deleted(row.model, row.job_id, "stopping" if stopping else None)
 
 
 def finish_fit(db: Engine, taught_id: str, *, readout: dict[str, Any] | None,

@@ -13,10 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from decide import metrics
 from decide.store import retention
 from decide.store.db import Database
-from decide.store.jobs import EXPIRED
 
 T = TypeVar("T")
 PURGE_EVERY_SECONDS = 3600.0
@@ -66,6 +64,4 @@ class Retention:
             return
         self._last = now
         retention.apply_retention(
-            self._db, retention.retention_cutoff(self._db, self._retention_seconds),
-            on_expired=lambda model, priority, count: metrics.jobs_finished.labels(
-                model, priority, EXPIRED).inc(count))
+            self._db, retention.retention_cutoff(self._db, self._retention_seconds))

@@ -31,7 +31,6 @@ from decide.store.leader import SessionLock
 from decide.store.workers import DEAD_AFTER_SECONDS, forget_dead, live_counts
 from decide.transport.broker import Broker
 from decide.worker.between_rows import Retention
-from decide.worker.execute import count_finished
 from decide.worker.loop_thread import LoopThread
 from decide.worker.turns import KeyTurns
 
@@ -192,7 +191,6 @@ class Delivery(LoopThread):
                         len(ended), recovery.WORKER_CRASHED,
                         recovery.VANISHED_CLAIMS_PER_ATTEMPT * self._max_attempts,
                         ", ".join(ended))
-        count_finished(self._db, ended)
         for job_id in ended:
             self._broker.publish_finished(job_id)
 

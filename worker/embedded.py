@@ -24,7 +24,7 @@ from decide.store.db import Database
 from decide.store.workers import Heartbeat, new_worker_id
 from decide.transport.events import JobEvents
 from decide.worker.between_rows import ForegroundFirst, Retention
-from decide.worker.execute import CancelledJobs, count_finished, run_job
+from decide.worker.execute import CancelledJobs, run_job
 from decide.worker.fair_queue import FairQueue
 
 log = logging.getLogger("decide.worker")
@@ -66,7 +66,6 @@ class EmbeddedWorker:
                                     model=self._catalog.default)
         self._heartbeat.start()
         _, ended = recovery.requeue_running(self._db, max_attempts=self._settings.max_attempts)
-        count_finished(self._db, ended)
         for job_id in ended:
             log.error("job %s, left running by the last process, ended (cancelled as its owner "
                       "asked, or worker_crashed)", job_id)

@@ -205,23 +205,9 @@ def _claim(db: Database, job_id: str, worker_id: str | None,
 def _release(db: Database, job: jobs.JobRecord, worker_id: str | None, write: Writes) -> None:
     """The claim given back, tried until the database answers: a job left ``running`` under a
     worker that lives on would never be decoded nor re-queued. One whose owner asked to
-    cancel it meanwhile ends cancelled instead, and is counted finished."""
+    cancel it meanwhile ends cancelled instead."""
     write(lambda: job_claims.unclaim(db, job.id, worker_id=worker_id, attempt=job.decode_runs),
           f"releasing job {job.id}")
-    count_finished(db, [job.id], only=jobs.CANCELLED)  # a release is rare: one read
-
-
-def count_finished(db: Database, job_ids: list[str], only: str | None = None) -> None:
-    """Count in ``decide_jobs_finished_total`` jobs that a repair or a release ended (failed
-    ``worker_crashed``, or cancelled as their owner asked), as a decode's finish is counted;
-    ``only``: just those that ended so. A database away leaves them uncounted."""
-    try:
-        for job_id in job_ids:
-            job = job_reads.get_job(db, job_id)
-            if job is not None and job.finished and only in (None, job.status):
-                metrics.jobs_finished.labels(job.model, job.priority, job.status).inc()
-    except DATABASE_AWAY as error:
-        log.warning("jobs that ended could not be counted (%s)", type(error).__name__)
 
 
 def _announce(on_finished: Callable[[str], None] | None, job_id: str) -> None:
@@ -246,10 +232,8 @@ def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: st
     # retried): the job may be queued all the same, and on_requeued looks before it sends
     if status in (jobs.QUEUED, None) and on_requeued is not None:
         on_requeued(job.id)
-    if status in (jobs.FAILED, jobs.CANCELLED):
-        metrics.jobs_finished.labels(job.model, job.priority, status).inc()
-        if job.batch_id is None:
-            _announce(on_finished, job.id)
+    if status in (jobs.FAILED, jobs.CANCELLED) and job.batch_id is None:
+        _announce(on_finished, job.id)
     return status
 
 
@@ -327,7 +311,6 @@ def _finish(job: jobs.JobRecord, db: Database, *, status: str, result: dict[str,
                     job.id, job.decode_runs)
         return None
     metrics.decode_time.labels(job.model).observe(decode_ms / 1000)
-    metrics.jobs_finished.labels(job.model, job.priority, status).inc()
     if job.batch_id is None:  # nobody waits on a batch item
         _announce(on_finished, job.id)
     return status

@@ -13,7 +13,6 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from decide import metrics
 from decide.api.batching import accept_batch
 from decide.api.body import read_json
 from decide.api.errors import not_found
@@ -24,7 +23,7 @@ from decide.api.views import batch_view
 from decide.api.webhook_fields import shown
 from decide.core import result_table
 from decide.core.questions import Collector, parse_questions
-from decide.store import batches, job_reads, jobs
+from decide.store import batches, job_reads
 
 router = APIRouter()
 
@@ -107,11 +106,8 @@ def batch_results(batch_id: str, ctx: Context, owner: Owner,
 
 @router.post("/v1/batches/{batch_id}/cancel", responses=responses({200: BatchSchema}))
 def cancel_batch(batch_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
-    batch = _owned(ctx, batch_id, owner)
+    _owned(ctx, batch_id, owner)  # a 404 where it is not the key's
     cancelling = batches.cancel_batch(ctx.db, batch_id, owner)
-    if cancelling.queued:  # jobs no worker will see: counted here
-        metrics.jobs_finished.labels(batch.model, batch.priority,
-                                     jobs.CANCELLED).inc(cancelling.queued)
     for job_id in cancelling.running:
         ctx.queue.cancel(job_id)
     return _view(ctx, _owned(ctx, batch_id, owner))

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from decide import metrics
 from decide.api.body import read_json
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError, invalid, not_found
@@ -99,9 +98,8 @@ async def cancel_job(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
     if job is not None and job.status == jobs.RUNNING:
         await run_in_threadpool(ctx.queue.cancel, job_id)
     elif job is not None and before.status == jobs.QUEUED and job.status == jobs.CANCELLED:
-        # cancelled before any worker saw it: counted and announced here (a running one, by
-        # its worker), so this front door's waiters on it answer now
-        metrics.jobs_finished.labels(job.model, job.priority, jobs.CANCELLED).inc()
+        # cancelled before any worker saw it: announced here (a running one, by its worker),
+        # so this front door's waiters on it answer now
         ctx.events.publish(job_id)
     return job_view(job or await run_in_threadpool(owned_job, ctx, job_id, owner))
 

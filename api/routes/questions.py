@@ -12,15 +12,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from decide import metrics
 from decide.api import teaching
 from decide.api.body import read_json
 from decide.api.context import ApiContext
 from decide.api.errors import not_found
 from decide.api.routes.deps import Context, Owner, PageSize
-from decide.api.teaching import PRIORITY
 from decide.core.protocol import MAX_WAIT_SECONDS
-from decide.store import jobs
 from decide.store import taught as taught_store
 
 router = APIRouter()
@@ -125,8 +122,7 @@ async def delete_taught(taught_id: str, ctx: Context, owner: Owner) -> dict[str,
         raise not_found(f"no taught question {taught_id!r}")
     if deleted.fit == "stopping":  # its worker stops it before its next example or model fit
         await run_in_threadpool(ctx.queue.cancel, deleted.job_id)
-    elif deleted.fit == "cancelled":  # ended here: counted and announced here, as a job's
-        metrics.jobs_finished.labels(deleted.model, PRIORITY, jobs.CANCELLED).inc()
+    elif deleted.fit == "cancelled":  # ended here: announced here, as a job's
         ctx.events.publish(deleted.job_id)
     return {"id": taught_id, "object": "taught_question", "deleted": True,
             "job_id": deleted.job_id, "fit": deleted.fit}

@@ -317,35 +317,3 @@ def test_a_job_given_back_unrun_after_its_cancel_ends_cancelled(db):
     submission.cancel_job(db, job_id, "alice")
     assert job_claims.unclaim(db, job_id, worker_id="worker-a") is True
     assert job_reads.get_job(db, job_id).status == jobs.CANCELLED
-
-
-def finished_count(status: str, model: str = "m") -> float:
-    from prometheus_client import REGISTRY
-
-    return REGISTRY.get_sample_value("decide_jobs_finished_total", {
-        "model": model, "priority": "background", "status": status}) or 0.0
-
-
-def test_jobs_ended_by_a_repair_or_by_retention_are_counted_finished(db):
-    """``decide_jobs_finished_total`` counts every way a job ends: a cancel the repair carried
-    out, a job given up on after its workers vanished, a queued job retention expired."""
-    from decide.store import retention
-    from decide.store.clock import read_database_now
-    from decide.worker import execute
-
-    before = {status: finished_count(status) for status in ("cancelled", "failed", "expired")}
-    cancelled = new(db)
-    claim(db, cancelled)
-    submission.cancel_job(db, cancelled, "alice")
-    given_up = new(db)
-    crash_until_runs(db, given_up, recovery.VANISHED_CLAIMS_PER_ATTEMPT * 3)
-    _, ended = abandon(db)
-    assert sorted(ended) == sorted([cancelled, given_up])
-    execute.count_finished(db, ended)
-    new(db)  # queued, and older than the cut-off below
-    expired: list[tuple[str, str, int]] = []
-    retention.apply_retention(db, read_database_now(db) + 1,
-                              on_expired=lambda *seen: expired.append(seen))
-    assert expired == [("m", "background", 1)]
-    assert finished_count("cancelled") - before["cancelled"] == 1
-    assert finished_count("failed") - before["failed"] == 1

@@ -144,6 +144,19 @@ def status_writes(layout: Path) -> list[str]:
     return found
 
 
+JOB_LIFE = "decide.store.job_life"
+"""The one module that counts a job's end (``count_ends``; issue 37, item 1)."""
+
+
+def ends_counted_outside_job_life(layout: Path) -> list[str]:
+    """``module:line`` of each use of the finished-jobs counter outside ``JOB_LIFE``
+    (``metrics`` declares it)."""
+    return [f"{name}:{number}" for name, path in modules(layout).items()
+            if name not in (JOB_LIFE, "decide.metrics")
+            for number, line in enumerate(path.read_text().splitlines(), start=1)
+            if "jobs_finished" in line]
+
+
 INTAKE = "decide.api.intake"
 """The one module that counts, backlogs and sends new work (issue 37, item 2)."""
 SENDS_NEW_WORK = ("jobs_submitted", ".backlog.add(", ".queue.send(", ".queue.batch_stored(",

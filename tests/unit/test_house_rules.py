@@ -12,6 +12,7 @@ import pytest
 from tests.support.house_rules import (
     MAX_FUNCTION_LINES,
     MAX_MODULE_LINES,
+    ends_counted_outside_job_life,
     import_cycles,
     long_functions,
     long_modules,
@@ -52,6 +53,21 @@ def test_only_the_job_life_module_writes_a_jobs_status(tree):
     """Issue 37, item 1: every change of ``jobs.status`` goes through ``store.job_life.move``,
     which refuses a change its table does not declare."""
     assert status_writes(tree) == []
+
+
+def test_only_the_job_life_module_counts_a_jobs_end(tree):
+    """Issue 37, item 1: ``decide_jobs_finished_total`` is counted by ``store.job_life
+    .count_ends`` alone, which the store function that ended a job calls once committed."""
+    assert ends_counted_outside_job_life(tree) == []
+
+
+def test_an_end_counted_elsewhere_is_named(tmp_path):
+    write(tmp_path, "decide.api.sneaky",
+          "def f(job):\n"
+          "    metrics.jobs_finished.labels(job.model, 'foreground', 'cancelled').inc()\n")
+    write(tmp_path, "decide.store.job_life",
+          "def count_ends(ended):\n    metrics.jobs_finished.labels('m', 'p', 's').inc()\n")
+    assert ends_counted_outside_job_life(tmp_path) == ["decide.api.sneaky:2"]
 
 
 def test_a_status_written_elsewhere_is_named(tmp_path):
