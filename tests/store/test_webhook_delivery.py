@@ -387,6 +387,8 @@ def test_a_key_whose_receivers_hang_never_holds_another_keys_event(db, receiver)
     delivery = loop(db)
     delivery.start()
     try:
+        # bob's tries hang first (under load alice's could otherwise go before any did)
+        wait_until(lambda: len(hanging.held) >= 1, timeout=10.0)
         started = time.monotonic()
         job = finished_job(db, owner="alice")
         wait_until(lambda: len(receiver.unique()) == 1, timeout=10.0)
