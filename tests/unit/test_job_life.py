@@ -7,7 +7,16 @@ import pytest
 from sqlalchemy.dialects import sqlite
 
 from decide.store import job_life
-from decide.store.jobs import CANCELLED, EXPIRED, FAILED, QUEUED, RUNNING, STATUSES, SUCCEEDED
+from decide.store.jobs import (
+    CANCELLED,
+    EXPIRED,
+    FAILED,
+    FINISHED,
+    QUEUED,
+    RUNNING,
+    STATUSES,
+    SUCCEEDED,
+)
 
 
 def test_a_declared_change_is_one_conditional_update():
@@ -38,3 +47,21 @@ def test_every_status_is_reached_and_every_end_is_final():
     assert left == {QUEUED, RUNNING}  # nothing leaves succeeded, failed, cancelled, expired
     assert {change.target for change in job_life.CHANGES if change.by == job_life.WORKER
             and change.source == RUNNING} == {SUCCEEDED, FAILED, CANCELLED, QUEUED}
+
+
+def test_the_triggers_fire_on_exactly_the_declared_changes():
+    """The database's own bookkeeping follows ``CHANGES``: migration 0009's outbox trigger
+    writes ``job.finished`` events on a change from an open status to a final one, which must
+    be every declared end and nothing else; 0007's count triggers see every change of status
+    (``OLD.status <> NEW.status``), so no declared change may keep its status."""
+    import ast
+    import importlib
+
+    outbox = importlib.import_module("decide.migrations.versions.0009_webhooks")
+    counts = importlib.import_module("decide.migrations.versions.0007_job_counts")
+    ends = [change for change in job_life.CHANGES if change.target in FINISHED]
+    assert set(ast.literal_eval(outbox.FINISHED)) == {change.target for change in ends}
+    assert set(ast.literal_eval(outbox.UNFINISHED)) == {change.source for change in ends}
+    assert all(change.source not in FINISHED for change in job_life.CHANGES)
+    assert "OLD.status <> NEW.status" in counts.SQLITE_TRIGGERS["jobs_counted_update"]
+    assert all(change.source != change.target for change in job_life.CHANGES)
