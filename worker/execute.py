@@ -299,7 +299,8 @@ def _decode_claimed(job: jobs.JobRecord, *, db: Database,
 def _finish(job: jobs.JobRecord, db: Database, *, status: str, result: dict[str, Any] | None,
             error: dict[str, Any] | None, tokens: int | None, decode_ms: float,
             on_finished: Callable[[str], None] | None, write: Writes) -> str | None:
-    """Store the job's end (tried until the database takes it), then count and announce it."""
+    """Store the job's end (tried until the database takes it; the store counts it), then
+    announce it."""
     stored = write(lambda: job_claims.finish_job(db, job, status=status, result=result,
                                                  error=error, decode_ms=decode_ms,
                                                  input_tokens=tokens),
