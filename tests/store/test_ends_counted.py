@@ -127,3 +127,17 @@ def test_a_release_that_found_a_cancel_is_counted_and_a_plain_release_is_not(db,
     assert job_claims.unclaim(db, cancelled, worker_id="worker-a")
     assert ends() == {jobs.CANCELLED: 1}
     assert job_reads.get_job(db, given_back).status == jobs.QUEUED
+
+
+def test_an_end_whose_transaction_rolls_back_is_not_counted(db, ends, monkeypatch):
+    """Counted once committed: an expiry whose transaction fails after its UPDATE (here, the
+    batch counts' tidy-up that follows it) leaves the job queued and counts nothing."""
+    job_id = new(db)
+
+    def broken(connection) -> None:
+        raise RuntimeError("after the expiry, in its transaction")
+
+    monkeypatch.setattr(retention.counts, "forget_emptied_batches", broken)
+    with pytest.raises(RuntimeError, match="after the expiry"):
+        retention.apply_retention(db, read_database_now(db) + 1)
+    assert ends() == {} and job_reads.get_job(db, job_id).status == jobs.QUEUED
