@@ -11,7 +11,8 @@ new job is inserted ``queued`` (``NEW``) by ``store.submission``, ``store.batche
 A statement that ends jobs returns ``ENDED`` and its store function hands the rows to
 ``count_ends`` once its transaction committed: every end of a job (a finish, a cancel, an
 expiry, a repair) is counted in ``decide_jobs_finished_total`` here and nowhere else (a house
-rule too), whoever made it.
+rule too), whoever made it. The outbox trigger's condition is built from ``CHANGES`` too
+(``ends_condition``, migration 0015).
 
     queued ──a worker claims it──▶ running ──its worker finishes it──▶ succeeded | failed |
       │                              │                                 cancelled
@@ -31,7 +32,7 @@ from typing import Any
 from sqlalchemy import Update, update
 
 from decide import metrics
-from decide.store.jobs import CANCELLED, EXPIRED, FAILED, QUEUED, RUNNING, SUCCEEDED
+from decide.store.jobs import CANCELLED, EXPIRED, FAILED, FINISHED, QUEUED, RUNNING, SUCCEEDED
 from decide.store.tables import jobs
 
 NEW = QUEUED
@@ -69,6 +70,20 @@ CHANGES = (
     Change(QUEUED, EXPIRED, RETENTION, "it waited past the retention (store.retention)"),
 )
 DECLARED = frozenset((change.source, change.target, change.by) for change in CHANGES)
+
+
+def ends_condition() -> str:
+    """The declared ends of a job as SQL over a trigger's ``OLD`` and ``NEW`` rows, for both
+    dialects: each source status with the final ones ``CHANGES`` lets it reach (migration
+    0015 builds the outbox trigger's condition from it)."""
+    targets: dict[str, set[str]] = {}
+    for change in CHANGES:
+        if change.target in FINISHED:
+            targets.setdefault(change.source, set()).add(change.target)
+    return " OR ".join(
+        f"(OLD.status = '{source}' AND NEW.status IN "
+        f"({', '.join(repr(status) for status in sorted(reached))}))"
+        for source, reached in sorted(targets.items()))
 
 
 class UndeclaredChange(ValueError):

@@ -69,6 +69,32 @@ def test_jobs_not_asked_to_notify_and_unfinished_changes_write_nothing(db):
     assert outbox.events_of(db, quiet.id) == [] and outbox.events_of(db, loud.id) == []
 
 
+def test_the_trigger_fires_on_exactly_the_declared_ends(db):
+    """Migration 0015: a ``job.finished`` event is written on each end of a job that
+    ``store.job_life.CHANGES`` declares, and on no other change of status (each written here
+    directly, as no code may)."""
+    from sqlalchemy import update
+
+    from decide.store import job_life
+    from decide.store.tables import jobs as jobs_table
+
+    def to(job_id: str, status: str) -> int:
+        with db.begin() as connection:
+            connection.execute(update(jobs_table).where(jobs_table.c.id == job_id)
+                               .values(status=status))
+        return len(outbox.events_of(db, job_id))
+
+    fired = set()
+    for source in jobs.STATUSES:
+        for target in set(jobs.STATUSES) - {source}:
+            job = new_job(db, notify=True, webhook_url="https://jobs.example/hook")
+            before = to(job.id, source)
+            if to(job.id, target) > before:
+                fired.add((source, target))
+    assert fired == {(change.source, change.target) for change in job_life.CHANGES
+                     if change.target in jobs.FINISHED}
+
+
 def test_cancel_and_expiry_write_the_event_too(db):
     webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
                           events=[webhooks.JOB_FINISHED])
