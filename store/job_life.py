@@ -80,10 +80,11 @@ def ends_condition() -> str:
     for change in CHANGES:
         if change.target in FINISHED:
             targets.setdefault(change.source, set()).add(change.target)
-    return " OR ".join(
-        f"(OLD.status = '{source}' AND NEW.status IN "
-        f"({', '.join(repr(status) for status in sorted(reached))}))"
-        for source, reached in sorted(targets.items()))
+    def listed(statuses: set[str]) -> str:
+        return ", ".join(f"'{status}'" for status in sorted(statuses))
+
+    return " OR ".join(f"(OLD.status = '{source}' AND NEW.status IN ({listed(reached)}))"
+                       for source, reached in sorted(targets.items()))
 
 
 class UndeclaredChange(ValueError):
@@ -98,7 +99,6 @@ def move(source: str, target: str, by: str) -> Update:
         raise UndeclaredChange(f"a job's status may not go from {source} to {target} by the "
                                f"{by} (store.job_life.CHANGES)")
     return update(jobs).where(jobs.c.status == source).values(status=target)
-
 
 
 ENDED = (jobs.c.id, jobs.c.model, jobs.c.priority, jobs.c.status)

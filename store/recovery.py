@@ -113,9 +113,9 @@ class Settled:
 def _settle_crashed(db: Engine, where: tuple[Any, ...], giving_up: _GivingUp) -> Settled:
     """Jobs whose decode ended without a finish: cancelled if their owner asked meanwhile,
     else re-queued, or failed at the limit; one transaction, its ends counted once it
-    committed. Each UPDATE tests the count
-    itself, so a job is never re-queued past the limit even when ``where`` reads differently
-    between the statements (a worker beating in between)."""
+    committed. Each UPDATE tests the count itself, so a job is never re-queued past the limit
+    even when ``where`` reads differently between the statements (a worker beating in
+    between)."""
     with db.begin() as connection:
         cancelled = end_if_cancel_requested(connection, where, RECOVERY)
         failed = _give_up(connection, where, giving_up)

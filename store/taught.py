@@ -180,7 +180,6 @@ class Deleted:
     """A deleted taught question's fit job: ``cancelled`` while queued (ended here), or
     ``stopping`` while running (its worker is asked to stop it at its next step)."""
 
-    model: str
     job_id: str | None
     fit: str | None
 
@@ -189,14 +188,14 @@ def delete_taught(db: Engine, taught_id: str, owner: str) -> Deleted | None:
     """Delete a taught question, and stop its fit job: cancelled if it has not started, asked
     to stop if it runs. None where there is no such taught question of ``owner``."""
     with db.begin() as connection:
-        row = connection.execute(select(taught_questions.c.job_id, taught_questions.c.model)
+        row = connection.execute(select(taught_questions.c.job_id)
                                  .where(taught_questions.c.id == taught_id,
                                         taught_questions.c.owner == owner)).first()
         if row is None:
             return None
         connection.execute(delete(taught_questions).where(taught_questions.c.id == taught_id))
         if not row.job_id:
-            return Deleted(row.model, None, None)
+            return Deleted(None, None)
         cancelled = connection.execute(
             move(QUEUED, CANCELLED, OWNER).where(jobs.c.id == row.job_id)
             .values(finished_at=database_now(db), cancel_requested=True)
@@ -205,8 +204,8 @@ def delete_taught(db: Engine, taught_id: str, owner: str) -> Deleted | None:
             update(jobs).where(jobs.c.id == row.job_id, jobs.c.status == RUNNING)
             .values(cancel_requested=True)).rowcount > 0
     if count_ends(cancelled):
-        return Deleted(row.model, row.job_id, "cancelled")
-    return Deleted(row.model, row.job_id, "stopping" if stopping else None)
+        return Deleted(row.job_id, "cancelled")
+    return Deleted(row.job_id, "stopping" if stopping else None)
 
 
 def finish_fit(db: Engine, taught_id: str, *, readout: dict[str, Any] | None,
