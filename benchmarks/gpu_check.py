@@ -11,8 +11,10 @@ before anything that loads a BLAS. Per side:
 
 * raw: llama.cpp's prompt rate, one 512-token batch from an empty cache (median of 5);
 * tickets: N short tickets x 3 questions (a described 4-way choice, a yes/no, a 3-level
-  score; the option readout's 18 rows each, priors kept), one request at a time as a worker
-  decodes them: rows/s, and the tokens decoded per second as a share of the raw rate;
+  score; the option readout's 18 rows each, priors kept), one request at a time, and then in
+  groups of ``DECIDE_DECODE_TOGETHER`` (32 on the GPU side, 1 on the CPU's) as a worker
+  decodes a group of jobs: rows/s, and the tokens decoded per second as a share of the raw
+  rate;
 * choice255: one choice of 255 options over a ticket, the option readout with its priors
   read each time (cold) and the label readout, seconds (median of 3);
 * rerank: 100 documents of about 200 tokens in one request, against 100 separate yes/no
@@ -71,6 +73,8 @@ def measure(side: str, tickets: int, out: Path) -> None:
     else:
         found["raw_tokens_per_s"] = raw_rate(loaded)
         found["tickets"] = ticket_rate(loaded, tickets, found["raw_tokens_per_s"])
+        found["together"] = ticket_rate(loaded, tickets, found["raw_tokens_per_s"],
+                                        together=settings.jobs_together)
         found["choice255"] = wide_choice(loaded)
         found["rerank"] = rerank_ratio(loaded)
         if loaded.reader.batched:
@@ -103,7 +107,9 @@ def raw_rate(loaded) -> float:
     return round(len(tokens) / median([timed(once) for _ in range(5)]), 1)
 
 
-def ticket_rate(loaded, count: int, raw: float) -> dict[str, Any]:
+def ticket_rate(loaded, count: int, raw: float, together: int = 1) -> dict[str, Any]:
+    """``count`` tickets one request at a time, or ``together`` at a time as a worker decodes
+    a group of jobs (``DecisionEngine.decide_together``)."""
     from decide.core.protocol import parse_request
 
     engine, reader = loaded.engine, loaded.reader
@@ -111,9 +117,11 @@ def ticket_rate(loaded, count: int, raw: float) -> dict[str, Any]:
     rows = sum(engine.plan(request).row_total for request in requests)
     engine.decide(parse_request({"state": ticket(10_000), "questions": QUESTIONS}))  # priors
     before = reader.tokens_decoded
-    seconds = timed(lambda: [engine.decide(request) for request in requests])
+    seconds = timed(lambda: [engine.decide(request) for request in requests] if together == 1
+                    else [engine.decide_together(requests[first:first + together])
+                          for first in range(0, count, together)])
     decoded = reader.tokens_decoded - before
-    return {"tickets": count, "rows": rows, "seconds": round(seconds, 3),
+    return {"tickets": count, "together": together, "rows": rows, "seconds": round(seconds, 3),
             "rows_per_s": round(rows / seconds, 1), "tickets_per_s": round(count / seconds, 1),
             "decoded_tokens_per_s": round(decoded / seconds, 1),
             "share_of_raw": round(decoded / seconds / raw, 3)}
@@ -264,6 +272,9 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             ("  rows/s", ("tickets", "rows_per_s")),
             ("  tickets/s", ("tickets", "tickets_per_s")),
             ("  decoded tokens/s, share of raw", ("tickets", "share_of_raw")),
+            ("the same, jobs decoded together: jobs a group", ("together", "together")),
+            ("  rows/s", ("together", "rows_per_s")),
+            ("  decoded tokens/s, share of raw", ("together", "share_of_raw")),
             ("choice of 255: option readout, priors cold (s)", ("choice255", "options_cold_s")),
             ("choice of 255: label readout (s)", ("choice255", "labels_s")),
             ("rerank 100 x ~200 tokens vs 100 calls (x)", ("rerank", "ratio")),

@@ -13,6 +13,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from decide.config.keys_file import read_keys
 from decide.core.engine import Limits
 
+AUTO_TOGETHER = 32
+"""Jobs decoded together where the batched plan decodes and ``decode_together`` is 0: short
+tickets of a few hundred tokens each fill a round of 4,096 tokens (``llm.batched``)."""
 
 def _default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
@@ -45,6 +48,11 @@ class Settings(BaseSettings):
     request in large multi-sequence batches (``llm.batched``), within SPEC §3.7's GPU tolerance
     of the exact answer. ``auto``: batched where layers are offloaded to a GPU, else exact. A
     request's ``"x_exact": true`` asks for the exact plan whatever this says."""
+    decode_together: int = Field(default=0, ge=0, le=256)
+    """Queued jobs of one lane a worker decodes together at most (batches across jobs,
+    ``worker.together``): their rows share rounds of large batches where the batched plan
+    decodes. 0: ``AUTO_TOGETHER`` where this configuration decodes by the batched plan
+    (``decode_plan`` batched, or auto with ``gpu_layers`` set), else 1, one job at a time."""
 
     database_url: str | None = None
     """SQLAlchemy URL of the jobs store; none means SQLite under the data directory."""
@@ -131,6 +139,15 @@ class Settings(BaseSettings):
         """No broker: one process with an in-process worker, over SQLite unless a database
         is configured."""
         return self.broker_url is None
+
+    @property
+    def jobs_together(self) -> int:
+        """``decode_together``, its 0 resolved (see there)."""
+        if self.decode_together:
+            return self.decode_together
+        batched = self.decode_plan == "batched" or (self.decode_plan == "auto"
+                                                    and self.gpu_layers != 0)
+        return AUTO_TOGETHER if batched else 1
 
     @property
     def resolved_database_url(self) -> str:

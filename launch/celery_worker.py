@@ -21,17 +21,18 @@ from typing import Any
 
 from decide import metrics
 from decide.config.settings import Settings
-from decide.core.protocol import FOREGROUND
+from decide.core.protocol import FOREGROUND, PRIORITIES
 from decide.llm.catalog import load_catalog
 from decide.runner.client import Runner, RunnerEngine, RunnerUnavailable
 from decide.store import job_reads
 from decide.store.db import make_engine, ping
 from decide.store.workers import Heartbeat, new_worker_id
 from decide.transport.broker import Broker, ChannelListener, on_worker_shutting_down
-from decide.transport.lanes import CANCEL_CHANNEL, TASK_NAME, lanes_of
+from decide.transport.lanes import CANCEL_CHANNEL, TASK_NAME, lane, lanes_of
 from decide.worker.between_rows import ForegroundFirst
 from decide.worker.delivery import Delivery
-from decide.worker.execute import CancelledJobs, run_job
+from decide.worker.execute import CancelledJobs, Surroundings, run_job
+from decide.worker.together import run_together
 from decide.worker.webhooks import webhook_delivery
 
 log = logging.getLogger("decide.worker")
@@ -103,7 +104,8 @@ class CeleryWorker:
                               metrics_port=self._metrics_port, runner_state=self._runner_state)
         delivery = Delivery(db=self._db, broker=self._broker, models=list(self._catalog.models),
                             retention_days=self._settings.retention_days,
-                            max_attempts=self._settings.max_attempts, worker_id=self._worker_id)
+                            max_attempts=self._settings.max_attempts, worker_id=self._worker_id,
+                            together=self._settings.jobs_together)
         webhooks = webhook_delivery(self._db, self._settings)  # signed webhooks, from the outbox
         # Until Celery installs its own handlers, a SIGTERM must still unwind through `finally`,
         # so a worker stopped while starting leaves at once instead of looking alive for 10 s.
@@ -138,8 +140,9 @@ class CeleryWorker:
         if not self._broker.ping():
             raise Unreachable("DECIDE_BROKER_URL", "it did not answer a ping")
 
-    def run_task(self, job_id: str) -> str | None:
-        """The Celery task's body: one job, once the runner is ready."""
+    def run_task(self, job_id: str, lane_name: str | None = None) -> str | None:
+        """The Celery task's body: one job, once the runner is ready, with up to
+        ``DECIDE_DECODE_TOGETHER`` - 1 more of its lane (``lane_name``) decoded together."""
         if not self._await_runner():
             # the job stays queued (never claimed); the delivery loop sends it again
             if self.leaving.is_set():
@@ -151,7 +154,30 @@ class CeleryWorker:
             self._failed.set()
             os.kill(os.getpid(), signal.SIGTERM)
             return None
-        return self._run_job(job_id, yield_to_foreground=self._foreground_first)
+        more = self._take_more(lane_name)
+        if not more:
+            return self._run_job(job_id, yield_to_foreground=self._foreground_first)
+        return run_together([job_id, *more], Surroundings(
+            db=self._db, engine_for=self._engine_for, worker_id=self._worker_id,
+            on_finished=self._broker.publish_finished, cancelled=self._cancelled,
+            max_attempts=self._settings.max_attempts, leaving=self.leaving,
+            yield_to_foreground=self._foreground_first)).get(job_id)
+
+    def _take_more(self, lane_name: str | None) -> list[str]:
+        """Jobs waiting on the task's lane to decode with it (``worker.together``), oldest
+        first: delivery fills a lane in the keys' turns. Taken outside Celery, as foreground
+        work between rows is: one whose claim never comes stays queued in the database and is
+        sent again by delivery."""
+        count = self._settings.jobs_together - 1
+        priority = next((priority for priority in PRIORITIES
+                         if lane_name == lane(self.model, priority)), None)
+        if count < 1 or priority is None:
+            return []
+        try:
+            return self._broker.take_many(self.model, priority, count)
+        except Exception as error:  # Redis away: this job goes alone
+            log.warning("cannot take jobs to decode together (%s)", error)
+            return []
 
     def _start_runner(self) -> None:
         self._runner.start()
@@ -179,9 +205,9 @@ class CeleryWorker:
                  "" if self._metrics_port == first else f" ({first} was taken)")
 
     def _register_task(self) -> None:
-        @self._broker.celery.task(name=TASK_NAME)
-        def run_job_task(job_id: str) -> str | None:
-            return self.run_task(job_id)
+        @self._broker.celery.task(name=TASK_NAME, bind=True)
+        def run_job_task(task: Any, job_id: str) -> str | None:
+            return self.run_task(job_id, (task.request.delivery_info or {}).get("routing_key"))
 
     def _consume(self) -> None:
         self._broker.celery.worker_main([

@@ -59,13 +59,14 @@ from decide.llm.packing import (
 )
 from decide.llm.packing_verdicts import PackingVerdicts
 from decide.llm.threads import default_threads
+from decide.llm.together_reading import TogetherReading
 
 DEFAULT_BATCH = 512
 
 log = logging.getLogger("decide.worker")
 
 
-class LlamaReader(LevelledContexts, BatchedReading):
+class LlamaReader(LevelledContexts, BatchedReading, TogetherReading):
     """The engine's ``RowReader`` over a loaded model's llama.cpp contexts."""
 
     def __init__(self, model: GgufModel, *, context_size: int, threads: int | None = None,

@@ -48,6 +48,9 @@ queue_wait = Histogram("decide_job_queue_wait_seconds", "Time from accepted to s
                        ["model", "priority"], buckets=SECONDS_BUCKETS)
 decode_time = Histogram("decide_job_decode_seconds", "Time spent decoding a job", ["model"],
                         buckets=SECONDS_BUCKETS)
+jobs_together = Histogram("decide_jobs_decoded_together",
+                          "Jobs a worker decoded in one shared decode (batches across jobs)",
+                          ["model"], buckets=(2, 4, 8, 16, 32, 64, 128, 256))
 rows_total = Counter("decide_rows_total", "Prompt rows decoded", ["model", "type"])
 input_tokens = Counter("decide_input_tokens_total", "Tokens read by the model", ["model"])
 taught_answers = Counter("decide_taught_answers_total",
@@ -60,7 +63,8 @@ model_loaded = Gauge("decide_model_loaded", "1 while this worker holds its model
 
 EXPORTED = ("decide_http_requests_total", "decide_http_request_duration_seconds",
             "decide_jobs_submitted_total", "decide_jobs_finished_total",
-            "decide_job_queue_wait_seconds", "decide_job_decode_seconds", "decide_rows_total",
+            "decide_job_queue_wait_seconds", "decide_job_decode_seconds",
+            "decide_jobs_decoded_together", "decide_rows_total",
             "decide_input_tokens_total", "decide_taught_answers_total", "decide_model_loaded",
             "decide_webhook_deliveries_total",
             "decide_queue_depth",

@@ -10,11 +10,12 @@ The protocol is pickled tuples, one request at a time:
 
     worker → runner   ("init", settings, model)          once, first
     runner → worker   ("ready", info) | ("failed", why)  after loading and the probe
-    worker → runner   ("decide", model, request)
+    worker → runner   ("decide", model, request) | ("decide_together", model, requests)
     runner → worker   ("row",)           before each row; the worker answers ("go",), or
                                          ("stop",) to stop (answered ("stopped",)), or first
                                          asks a nested ("decide", ...) of its own
-    runner → worker   ("done", decision) | ("error", exception)
+    runner → worker   ("done", decision) | ("error", exception); for ``decide_together``,
+                                         ("done", [decision or its own error, ...])
     worker → runner   ("quit",)
 """
 
@@ -162,6 +163,29 @@ class _Server:
                 return
             if message[0] == "decide":
                 self.decide(message[1], message[2])
+            if message[0] == "decide_together":
+                self.decide_together(message[1], message[2])
+
+    def decide_together(self, model: str, requests: list[Any]) -> None:
+        """Requests decoded together (``DecisionEngine.decide_together``), answered ``done``
+        with each one's decision or own error, or ``error`` or ``stopped`` for all; the
+        requests read no hidden state (the worker sends those one by one)."""
+        if FAULT_VARIABLE in os.environ and any(_fault_for(str(request.state))
+                                                for request in requests):
+            _segfault()
+        try:
+            outcomes = [outcome if not isinstance(outcome, Exception) else _portable(outcome)
+                        for outcome in self.engine_for(model).decide_together(
+                            requests, self._before_row)]
+        except _Stopped:
+            self._connection.send(("stopped",))
+        except Exception as error:
+            self._connection.send(("error", _portable(error)))
+        else:
+            try:  # pickled before a byte is written: a failure leaves the socket clean
+                self._connection.send(("done", outcomes))
+            except Exception as error:
+                self._connection.send(("error", _portable(error)))
 
     def decide(self, model: str, request: Any) -> None:
         """One request, answered ``done``, ``error`` or ``stopped``; nested requests are served

@@ -21,10 +21,11 @@ from typing import Any
 
 from decide.config.settings import Settings
 from decide.core.engine import Decision
+from decide.core.errors import DecideError
 from decide.core.protocol import DecisionRequest
 from decide.runner.crashes import describe_exit
 from decide.runner.probe import ProbeFailed
-from decide.runner.process_limits import hold_transfers_at_most, killed
+from decide.runner.process_limits import hold_transfers_at_most, killed, stall_bound
 from decide.runner.secrets import runner_environment, runner_settings
 from decide.runner.variants import Variant, candidates, host_flags, record_proof
 
@@ -218,6 +219,25 @@ class Runner:
                before_row: Callable[[], None] | None = None) -> Decision:
         """Decode one request in the runner. ``before_row`` runs here, in the worker, before
         each row: it may raise to stop the request, or decode other requests meanwhile."""
+        decision = self._exchange(("decide", model, request),
+                                  stall_bound([request], self._settings.stall_seconds), before_row)
+        return replace(decision, build=self.build.name)
+
+    def decide_together(self, model: str, requests: list[DecisionRequest],
+                        before_row: Callable[[], None] | None = None
+                        ) -> list[Decision | DecideError]:
+        """Decode requests together in the runner (``DecisionEngine.decide_together``): each
+        one's decision or its own error; ``before_row`` as for ``decide``, asked for them
+        all. Requests that read a hidden state go one by one, through ``decide``."""
+        outcomes = self._exchange(("decide_together", model, requests),
+                                  stall_bound(requests, self._settings.stall_seconds), before_row)
+        return [replace(outcome, build=self.build.name) if isinstance(outcome, Decision)
+                else outcome for outcome in outcomes]
+
+    def _exchange(self, message: tuple, bound: float,
+                  before_row: Callable[[], None] | None) -> Any:
+        """Send one decode and serve its rows until the runner answers it (decoded by this
+        build, said in its result by the caller)."""
         with self._lock:
             self._restart_if_died_idle()
             if self.state == STARTING:  # a restart after a crash: seconds
@@ -225,15 +245,14 @@ class Runner:
             if self.state != READY:
                 raise RunnerUnavailable(self.problem or "the runner is not ready")
             generation = self._generation
-            bound = stall_bound(request, self._settings.stall_seconds)
-            self._send(("decide", model, request))
+            self._send(message)
             while True:
-                message = self._receive(bound)
-                if message[0] == "done":  # decoded by this build, said in its result
-                    return replace(message[1], build=self.build.name)
-                if message[0] == "error":
-                    raise message[1]
-                if message[0] == "row":
+                reply = self._receive(bound)
+                if reply[0] == "done":
+                    return reply[1]
+                if reply[0] == "error":
+                    raise reply[1]
+                if reply[0] == "row":
                     self._before_row(before_row, generation)
 
     def _before_row(self, before_row: Callable[[], None] | None, generation: int) -> None:
@@ -357,17 +376,6 @@ QUIT_WAIT_SECONDS = 10.0
 """How long ``Runner.stop`` waits for a ready runner to quit when asked, before killing it."""
 
 
-STALL_SECONDS_PER_BYTE = 0.002
-"""What a decode may take per byte of its request on top of ``stall_seconds``: a token is at
-least a byte, and a slow CPU reads a few hundred tokens a second."""
-
-
-def stall_bound(request: DecisionRequest, stall_seconds: float) -> float:
-    """How long a runner may send nothing while it decodes ``request``."""
-    size = len(repr(request.state)) + sum(len(repr(question)) for question in request.questions)
-    return stall_seconds + STALL_SECONDS_PER_BYTE * size
-
-
 class RunnerEngine:
     """What ``run_job`` needs of an engine (``decide``), answered by a runner."""
 
@@ -378,3 +386,8 @@ class RunnerEngine:
     def decide(self, request: DecisionRequest,
                before_row: Callable[[], None] | None = None) -> Decision:
         return self._runner.decide(self._model, request, before_row)
+
+    def decide_together(self, requests: list[DecisionRequest],
+                        before_row: Callable[[], None] | None = None
+                        ) -> list[Decision | DecideError]:
+        return self._runner.decide_together(self._model, requests, before_row)

@@ -1,5 +1,5 @@
-"""Bounds on a runner process: how long a transfer to it may block, and how long a killed one
-is waited for (``runner.client``)."""
+"""Bounds on a runner process: how long a transfer to it may block, how long a killed one is
+waited for, and how long a decode may stay silent (``runner.client``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import logging
 import socket
 import struct
 import subprocess
+from collections.abc import Sequence
+
+from decide.core.protocol import DecisionRequest
 
 log = logging.getLogger("decide.worker")
 
@@ -37,3 +40,17 @@ def killed(process: subprocess.Popen) -> int | None:
         log.error("decoding runner %s did not die within %.0f s of SIGKILL; left behind",
                   process.pid, KILL_WAIT_SECONDS)
         return None
+
+
+STALL_SECONDS_PER_BYTE = 0.002
+"""What a decode may take per byte of its requests on top of ``stall_seconds``: a token is at
+least a byte, and a slow CPU reads a few hundred tokens a second."""
+
+
+def stall_bound(requests: Sequence[DecisionRequest], stall_seconds: float) -> float:
+    """How long a runner may send nothing while it decodes ``requests`` (one, or several
+    together)."""
+    size = sum(len(repr(request.state)) + sum(len(repr(question))
+                                              for question in request.questions)
+               for request in requests)
+    return stall_seconds + STALL_SECONDS_PER_BYTE * size

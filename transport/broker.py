@@ -142,6 +142,13 @@ class Broker:
         taken = self.redis.lrem(lane(model, priority), -1, by_id[chosen])
         return chosen if taken else None
 
+    def take_many(self, model: str, priority: str, count: int) -> list[str]:
+        """Pop up to ``count`` of the oldest job ids waiting on a lane, outside Celery (a
+        worker decoding several jobs together); as ``take_waiting``, a job taken by a worker
+        that dies is still queued in the database, and delivery sends it again."""
+        raw = self.redis.rpop(lane(model, priority), count)
+        return [json.loads(message)["headers"]["id"] for message in raw or []]
+
     def lane_ids(self, model: str, priority: str) -> set[str]:
         """The job ids waiting on a lane's Redis list (a short window: LANE_WINDOW or so)."""
         return {json.loads(raw)["headers"]["id"]

@@ -41,8 +41,9 @@ LANE_WINDOW = 32
 between ticks, few enough that Redis never holds a backlog (the front door sends foreground
 jobs itself; this window only matters when it could not)."""
 BACKGROUND_EXTRA_MESSAGES = 1
-"""A background lane holds one message per live worker and this many more: few, because
-whatever is on the list is served before a newly arrived key's job."""
+"""A background lane holds one message per live worker and this many more (each times the jobs
+a worker decodes together): few, because whatever is on the list is served before a newly
+arrived key's job."""
 REPAIR_EVERY_SECONDS = 2.0
 """How often lost messages and abandoned jobs are looked for (the rest of a tick is cheap)."""
 RESEND_GRACE_SECONDS = 3.0
@@ -58,9 +59,11 @@ class Delivery(LoopThread):
     def __init__(self, *, db: Database, broker: Broker, models: list[str],
                  retention_days: float = 30.0, max_attempts: int = 3,
                  worker_id: str | None = None,
-                 leader_silence: float = LEADER_SILENCE_SECONDS) -> None:
+                 leader_silence: float = LEADER_SILENCE_SECONDS, together: int = 1) -> None:
         """``worker_id``: the worker this loop runs in, which the loop never takes for dead
         (its heartbeats may fail, a frozen session holding its row, while it works on).
+        ``together``: jobs a worker decodes together (``DECIDE_DECODE_TOGETHER``), so a
+        background lane holds that many per worker.
         ``leader_silence``: how long the lock's session may stay idle before PostgreSQL ends
         it and another loop may lead."""
         self._db = db
@@ -70,6 +73,7 @@ class Delivery(LoopThread):
         self._retention = Retention(db, retention_days)
         self._broker = broker
         self._models = models
+        self._together = together
         super().__init__("decide-delivery")
         self._lock = SessionLock(db)
         self._lock_touched = -float("inf")
@@ -223,4 +227,5 @@ class Delivery(LoopThread):
         """How many messages a lane's Redis list is topped up to."""
         if priority == FOREGROUND:
             return LANE_WINDOW
-        return max(1, self._live_workers.get(model, 0)) + BACKGROUND_EXTRA_MESSAGES
+        return (max(1, self._live_workers.get(model, 0)) + BACKGROUND_EXTRA_MESSAGES
+                ) * self._together

@@ -24,8 +24,9 @@ from decide.store.db import Database
 from decide.store.workers import Heartbeat, new_worker_id
 from decide.transport.events import JobEvents
 from decide.worker.between_rows import ForegroundFirst, Retention
-from decide.worker.execute import CancelledJobs, run_job
+from decide.worker.execute import CancelledJobs, Surroundings, run_one
 from decide.worker.fair_queue import FairQueue
+from decide.worker.together import run_together
 
 log = logging.getLogger("decide.worker")
 READY_POLL_SECONDS = 0.5
@@ -134,7 +135,12 @@ class EmbeddedWorker:
             if not ready:
                 continue
             taken = self._queue.get(timeout=READY_POLL_SECONDS)
-            if taken is not None:
+            if taken is None:
+                continue
+            more = self._queue.take_more(taken[0], self._settings.jobs_together - 1)
+            if more:
+                self._run_together([taken, *more])
+            else:
                 self._run(*taken)
 
     def _run(self, priority: str, owner: str, job_id: str, nested: bool = False) -> None:
@@ -148,21 +154,46 @@ class EmbeddedWorker:
         try:
             # claimed under this process's id: a claim whose reply was lost is found again
             # as its own (None could not tell it from another's), not left running unheld
-            run_job(job_id, db=self._db, engine_for=self._engine_for, worker_id=self._worker_id,
-                    on_finished=self._events.publish, cancelled=self.cancelled,
-                    yield_to_foreground=None if nested else self._foreground_first,
-                    max_attempts=self._settings.max_attempts, on_requeued=self._requeue,
-                    leaving=self._stopping, stopping=self._stopping)
+            run_one(job_id, self._surroundings(nested))
         except RunnerUnavailable as unavailable:  # put back; it runs on the next runner
             log.error("job %s waits: %s", job_id, unavailable)
             if nested:
                 raise
         except Exception:  # the loop (and a background job around it) outlives any one job
             log.exception("job %s could not be run; it is tried again", job_id)
-            # a claim the database refused leaves the job queued: back in line, after a pause
-            # (a job taken or finished meanwhile is skipped by its next claim)
-            self._stopping.wait(RETRY_PAUSE_SECONDS)
+            self._put_back([(priority, owner, job_id)])
+
+    def _run_together(self, taken: list[tuple[str, str, str]]) -> None:
+        """Jobs taken from one lane, decoded together (``worker.together``); each is out of
+        hand once run (or put back)."""
+        try:
+            run_together([job_id for _, _, job_id in taken], self._surroundings(nested=False))
+        except RunnerUnavailable as unavailable:  # put back; they run on the next runner
+            log.error("%d jobs wait: %s", len(taken), unavailable)
+        except Exception:
+            log.exception("%d jobs decoded together could not be run; they are tried again",
+                          len(taken))
+            self._put_back(taken)
+        finally:
+            self._count_in_hand(-len(taken))
+
+    def _put_back(self, taken: list[tuple[str, str, str]]) -> None:
+        """A claim the database refused leaves a job queued: back in line, after a pause (a
+        job taken or finished meanwhile is skipped by its next claim)."""
+        self._stopping.wait(RETRY_PAUSE_SECONDS)
+        for priority, owner, job_id in taken:
             self._put(job_id, priority, owner)
+
+    def _surroundings(self, nested: bool) -> Surroundings:
+        """What this worker gives a job: a nested one (a foreground job run between another
+        job's rows) lets nothing in."""
+        return Surroundings(db=self._db, engine_for=self._engine_for,
+                            worker_id=self._worker_id, on_finished=self._events.publish,
+                            cancelled=self.cancelled,
+                            yield_to_foreground=None if nested else self._foreground_first,
+                            max_attempts=self._settings.max_attempts,
+                            on_requeued=self._requeue, leaving=self._stopping,
+                            stopping=self._stopping)
 
     def _apply_retention(self) -> None:
         try:

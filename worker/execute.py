@@ -115,9 +115,13 @@ def readouts_for(db: Database) -> TaughtReadouts:
 
 class Decider(Protocol):
     """What a job needs of an engine: ``decide.core.engine.DecisionEngine`` or a runner's
-    ``RunnerEngine``."""
+    ``RunnerEngine`` (``decide_together``: several jobs' requests, ``worker.together``)."""
 
     def decide(self, request: Any, before_row: Callable[[], None] | None = None) -> Decision:
+        ...
+
+    def decide_together(self, requests: list[Any], before_row: Callable[[], None] | None = None
+                        ) -> list[Decision | DecideError]:
         ...
 
 
@@ -141,6 +145,29 @@ class CancelledJobs:
 
 class Leaving(Exception):
     """The worker stops while the database is away: the job is left running, unfinished."""
+
+
+@dataclass(frozen=True)
+class Surroundings:
+    """What a worker gives every job it runs (``run_job``'s keywords, kept together for
+    ``run_claimed`` and ``worker.together``)."""
+
+    db: Database
+    engine_for: Callable[[str], Decider]
+    on_finished: Callable[[str], None] | None = None
+    worker_id: str | None = None
+    yield_to_foreground: Callable[[str | None], None] | None = None
+    cancelled: CancelledJobs | None = None
+    max_attempts: int = 3
+    on_requeued: Callable[[str], None] | None = None
+    leaving: threading.Event | None = None
+    pacing: Pacing = DEFAULT_PACING
+    stopping: threading.Event | None = None
+
+    @property
+    def write(self) -> Writes:
+        return functools.partial(until_stored, leaving=self.leaving,
+                                 backoff=self.pacing.finish_backoff)
 
 
 def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
@@ -169,45 +196,59 @@ def run_job(job_id: str, *, db: Database, engine_for: Callable[[str], Decider],
     then gives up; None: never). ``pacing``: how often it asks the database. ``stopping``:
     set, the job stops before its next row and is queued again (the embedded worker's stop;
     None: a started job runs to its end)."""
-    write = functools.partial(until_stored, leaving=leaving, backoff=pacing.finish_backoff)
-    job = _claim(db, job_id, worker_id, write)
-    if job is None:
-        return None
+    around = Surroundings(db=db, engine_for=engine_for, on_finished=on_finished,
+                          worker_id=worker_id, yield_to_foreground=yield_to_foreground,
+                          cancelled=cancelled, max_attempts=max_attempts,
+                          on_requeued=on_requeued, leaving=leaving, pacing=pacing,
+                          stopping=stopping)
+    return run_one(job_id, around)
+
+
+def run_one(job_id: str, around: Surroundings) -> str | None:
+    """``run_job`` with the worker's surroundings already together."""
+    job = claim(around, job_id)
+    return None if job is None else run_claimed(job, around)
+
+
+def run_claimed(job: jobs.JobRecord, around: Surroundings) -> str | None:
+    """A claimed job decoded and ended (``run_job`` after its claim)."""
+    db, write = around.db, around.write
     try:
-        before_row = row_guard(job, db, yield_to_foreground, cancelled, pacing.cancel_check,
-                               stopping, share_seconds=FOREGROUND_SHARE_SECONDS)
-        return _decode_claimed(job, db=db, engine_for=engine_for, on_finished=on_finished,
-                               before_row=before_row, write=write)
+        before_row = row_guard(job, db, around.yield_to_foreground, around.cancelled,
+                               around.pacing.cancel_check, around.stopping,
+                               share_seconds=FOREGROUND_SHARE_SECONDS)
+        return _decode_claimed(job, db=db, engine_for=around.engine_for,
+                               on_finished=around.on_finished, before_row=before_row,
+                               write=write)
     except Stopped:
-        _release(db, job, worker_id, write)
-        log.info("job %s goes back to the queue: the worker stops", job_id)
+        release(around, job)
+        log.info("job %s goes back to the queue: the worker stops", job.id)
         return jobs.QUEUED
     except RunnerCrashed as crash:
-        return _after_crash(job, db=db, cause=str(crash), worker_id=worker_id,
-                            max_attempts=max_attempts, on_finished=on_finished,
-                            on_requeued=on_requeued, write=write)
+        return after_crash(around, job, str(crash))
     except RunnerUnavailable:
-        _release(db, job, worker_id, write)
-        if on_requeued is not None:
-            on_requeued(job_id)
+        release(around, job)
+        if around.on_requeued is not None:
+            around.on_requeued(job.id)
         raise
 
 
-def _claim(db: Database, job_id: str, worker_id: str | None,
-           write: Writes) -> jobs.JobRecord | None:
+def claim(around: Surroundings, job_id: str) -> jobs.JobRecord | None:
     """The claim, tried until the database answers (a PostgreSQL restart): a claim that
     committed before its reply was lost is found again as ours, never left running unheld."""
     tries = itertools.count()
-    return write(lambda: job_claims.claim_job(db, job_id, worker_id, retrying=next(tries) > 0),
-                 f"claiming job {job_id}")
+    return around.write(lambda: job_claims.claim_job(around.db, job_id, around.worker_id,
+                                                     retrying=next(tries) > 0),
+                        f"claiming job {job_id}")
 
 
-def _release(db: Database, job: jobs.JobRecord, worker_id: str | None, write: Writes) -> None:
+def release(around: Surroundings, job: jobs.JobRecord) -> None:
     """The claim given back, tried until the database answers: a job left ``running`` under a
     worker that lives on would never be decoded nor re-queued. One whose owner asked to
     cancel it meanwhile ends cancelled instead."""
-    write(lambda: job_claims.unclaim(db, job.id, worker_id=worker_id, attempt=job.decode_runs),
-          f"releasing job {job.id}")
+    around.write(lambda: job_claims.unclaim(around.db, job.id, worker_id=around.worker_id,
+                                            attempt=job.decode_runs),
+                 f"releasing job {job.id}")
 
 
 def _announce(on_finished: Callable[[str], None] | None, job_id: str) -> None:
@@ -220,11 +261,12 @@ def _announce(on_finished: Callable[[str], None] | None, job_id: str) -> None:
         log.warning("could not announce that job %s finished (%s)", job_id, error)
 
 
-def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: str | None,
-                 max_attempts: int, on_finished: Callable[[str], None] | None,
-                 on_requeued: Callable[[str], None] | None, write: Writes) -> str | None:
-    status = write(lambda: recovery.release_crashed(
-        db, job.id, max_attempts=max_attempts, worker_id=worker_id, cause=cause,
+def after_crash(around: Surroundings, job: jobs.JobRecord, cause: str) -> str | None:
+    """A job whose runner died under it: queued again, or failed once its decode has crashed
+    ``max_attempts`` times."""
+    max_attempts, on_requeued = around.max_attempts, around.on_requeued
+    status = around.write(lambda: recovery.release_crashed(
+        around.db, job.id, max_attempts=max_attempts, worker_id=around.worker_id, cause=cause,
         attempt=job.decode_runs), f"releasing job {job.id} after its crash")
     log.error("job %s: %s; the job is %s (its decode crashed %d of at most %d times)", job.id,
               cause, status, job.crashes + 1, max_attempts)
@@ -233,7 +275,7 @@ def _after_crash(job: jobs.JobRecord, *, db: Database, cause: str, worker_id: st
     if status in (jobs.QUEUED, None) and on_requeued is not None:
         on_requeued(job.id)
     if status in (jobs.FAILED, jobs.CANCELLED) and job.batch_id is None:
-        _announce(on_finished, job.id)
+        _announce(around.on_finished, job.id)
     return status
 
 
@@ -252,13 +294,19 @@ def _decode(job: jobs.JobRecord, db: Database, engine_for: Callable[[str], Decid
         if request is None:
             raise Leaving
         request = readouts_for(db).attach(request, job.owner)
-        decision = engine_for(job.model).decide(request, before_row)
-        result, tokens = decision.to_wire(), decision.input_tokens
-        for question_type, count in decision.rows_by_type.items():
-            metrics.rows_total.labels(job.model, question_type).inc(count)
-        for answer in result["answers"].values():
-            if "x_taught" in answer:
-                metrics.taught_answers.labels(job.model, answer["type"]).inc()
+        return counted(job, engine_for(job.model).decide(request, before_row))
+    metrics.input_tokens.labels(job.model).inc(tokens)
+    return result, tokens
+
+
+def counted(job: jobs.JobRecord, decision: Decision) -> tuple[dict[str, Any], int]:
+    """A decision's result and input tokens, counted in the metrics."""
+    result, tokens = decision.to_wire(), decision.input_tokens
+    for question_type, count in decision.rows_by_type.items():
+        metrics.rows_total.labels(job.model, question_type).inc(count)
+    for answer in result["answers"].values():
+        if "x_taught" in answer:
+            metrics.taught_answers.labels(job.model, answer["type"]).inc()
     metrics.input_tokens.labels(job.model).inc(tokens)
     return result, tokens
 
@@ -291,14 +339,14 @@ def _decode_claimed(job: jobs.JobRecord, *, db: Database,
         log.exception("job %s failed", job.id)
         status = jobs.FAILED
         error = {"error_type": "internal_error", "message": f"decoding failed: {failure}"}
-    return _finish(job, db, status=status, result=result, error=error, tokens=tokens,
-                   decode_ms=(time.perf_counter() - started) * 1000, on_finished=on_finished,
-                   write=write)
+    return finish(job, db, status=status, result=result, error=error, tokens=tokens,
+                  decode_ms=(time.perf_counter() - started) * 1000, on_finished=on_finished,
+                  write=write)
 
 
-def _finish(job: jobs.JobRecord, db: Database, *, status: str, result: dict[str, Any] | None,
-            error: dict[str, Any] | None, tokens: int | None, decode_ms: float,
-            on_finished: Callable[[str], None] | None, write: Writes) -> str | None:
+def finish(job: jobs.JobRecord, db: Database, *, status: str, result: dict[str, Any] | None,
+           error: dict[str, Any] | None, tokens: int | None, decode_ms: float,
+           on_finished: Callable[[str], None] | None, write: Writes) -> str | None:
     """Store the job's end (tried until the database takes it; the store counts it), then
     announce it."""
     stored = write(lambda: job_claims.finish_job(db, job, status=status, result=result,

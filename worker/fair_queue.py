@@ -44,6 +44,15 @@ class FairQueue:
                     return None
                 self._ready.wait(remaining)
 
+    def take_more(self, lane: str, count: int) -> list[tuple[str, str, str]]:
+        """Up to ``count`` more jobs of ``lane`` (never blocks), the keys taking turns as
+        ``get`` would serve them: what a worker decodes with the job it just took."""
+        taken: list[tuple[str, str, str]] = []
+        with self._ready:
+            while len(taken) < count and (job := self._take(lane)) is not None:
+                taken.append(job)
+        return taken
+
     def take_foreground(self, exclude_owner: str | None = None) -> tuple[str, str, str] | None:
         """The next foreground job, if one waits (never blocks); ``exclude_owner``: of another
         key than that one."""

@@ -10,25 +10,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
+from decide.core.errors import DecideError, FieldError, InvalidRequest, RequestTooLarge
 from decide.core.labels import Tokenizer, pick_labels
 from decide.core.option_rows import OptionRowBuilder, option_count
 from decide.core.plan_tokens import PlanTokens, TooLong
 from decide.core.priors import PriorCache
 from decide.core.profile import OPTION_READOUT, Profile
 from decide.core.protocol import DecisionRequest
-from decide.core.questions import TAUGHT_FIELD, Question, ScoreQuestion
+from decide.core.questions import Question, ScoreQuestion
+from decide.core.reading import (
+    Reading,
+    answer_slots,
+    hidden_wanted,
+    in_question_order,
+    slot_wanted,
+)
 from decide.core.readout import Readout, answer, taught_answer
 from decide.core.render import render_state
 from decide.core.rerank import is_rerank, relevance_question
-from decide.core.rows import RowBuilder, RowPlan, RowReader, is_isolated
-from decide.core.taught import (
-    MIDDLE_READS,
-    SLOT_READS,
-    TaughtReadout,
-    answer_keys,
-    zero_shot_by_answer,
-)
+from decide.core.rows import Row, RowBuilder, RowPlan, RowReader, is_isolated
 
 ROWS_RULE = {
     "labels": "one per choice or noul question, one per level of an isolated score",
@@ -43,25 +43,6 @@ class Limits:
     max_rows: int = 1024
     max_row_tokens: int = 36_864
     max_request_row_tokens: int = 1_048_576
-
-
-@dataclass(frozen=True)
-class Reading:
-    """What the reader read for a request's plan, before any temperature is applied."""
-
-    plan: RowPlan
-    logits: list[list[float]]
-    priors: list[list[float]]
-    hidden: dict[str, list[float]] = field(default_factory=dict)
-    """The hidden state at the answer slot of each question that asked for it."""
-    middle: list[float] | None = None
-    """The state's mean at a middle layer, where a question asked for its hidden state and the
-    reader reports it (``llm.middle_tap``)."""
-    slot_middle: dict[str, list[float]] = field(default_factory=dict)
-    """That layer at the answer slot of each question that asked for it (fits, and readouts
-    that read it)."""
-    middle_layer: int | None = None
-    """Which layer ``middle`` is (the reader's ``middle_layer``)."""
 
 
 @dataclass(frozen=True)
@@ -224,15 +205,15 @@ class DecisionEngine:
     def read(self, request: DecisionRequest,
              before_row: Callable[[], None] | None = None) -> Reading:
         """Plan a request and read every row of it (the only step that touches the model)."""
-        return self._read(self.plan(request), before_row, _hidden_wanted(request),
-                          exact=request.wants_exact, slot_wanted=_slot_wanted(request))
+        return self._read(self.plan(request), before_row, hidden_wanted(request),
+                          exact=request.wants_exact, slot_wanted=slot_wanted(request))
 
     def _read(self, plan: RowPlan, before_row: Callable[[], None] | None,
               hidden_wanted: frozenset[str] = frozenset(), *, exact: bool = False,
               slot_wanted: frozenset[str] = frozenset()) -> Reading:
         if self._reader is None:
             raise RuntimeError(f"engine for {self.model_name!r} was built without a reader")
-        slots = _answer_slots(plan, hidden_wanted)
+        slots = answer_slots(plan, hidden_wanted)
         middle: list[list[float]] | None = None
         at_slot: dict[int, list[float]] = {}
         if slots:
@@ -263,17 +244,65 @@ class DecisionEngine:
         started = time.perf_counter()
         plan = self.plan(request)
         planned = time.perf_counter()
-        reading = self._read(plan, before_row, _hidden_wanted(request), exact=request.wants_exact,
-                             slot_wanted=_slot_wanted(request))
-        decoded = time.perf_counter()
+        reading = self._read(plan, before_row, hidden_wanted(request), exact=request.wants_exact,
+                             slot_wanted=slot_wanted(request))
+        return self._decision(request, reading, {
+            "plan_ms": (planned - started) * 1000,
+            "decode_ms": (time.perf_counter() - planned) * 1000})
+
+    def decide_together(self, requests: Sequence[DecisionRequest],
+                        before_row: Callable[[], None] | None = None
+                        ) -> list[Decision | DecideError]:
+        """Each request's decision, or the error that is its own (a plan over a limit). The
+        requests that read no hidden state and ask for no exact plan are read together
+        (``read_together``: one round of large batches across requests, where the reader
+        decodes by the batched plan); the others, each alone as ``decide`` does."""
+        started = time.perf_counter()
+        outcomes: list[Decision | DecideError | None] = [None] * len(requests)
+        plans: dict[int, RowPlan] = {}
+        for number, request in enumerate(requests):
+            try:
+                plans[number] = self.plan(request)
+            except DecideError as error:
+                outcomes[number] = error
+        shared = [number for number in plans
+                  if not requests[number].wants_exact and not hidden_wanted(requests[number])]
+        planned = time.perf_counter()
+        logits = read_together(self._require_reader(),
+                               [(plans[number].prefix, plans[number].rows) for number in shared],
+                               before_row)
+        for number, read in zip(shared, logits, strict=True):
+            plan = plans[number]
+            priors = self._priors.read(self._require_reader(), plan.prior_prefix,
+                                       plan.prior_rows, before_row)
+            outcomes[number] = self._decision(requests[number], Reading(
+                plan=plan, logits=read, priors=priors), {
+                "plan_ms": (planned - started) * 1000,
+                "decode_ms": (time.perf_counter() - planned) * 1000})
+        for number in plans.keys() - set(shared):
+            try:
+                outcomes[number] = self.decide(requests[number], before_row)
+            except DecideError as error:
+                outcomes[number] = error
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def _require_reader(self) -> RowReader:
+        if self._reader is None:
+            raise RuntimeError(f"engine for {self.model_name!r} was built without a reader")
+        return self._reader
+
+    def _decision(self, request: DecisionRequest, reading: Reading,
+                  timings: dict[str, float]) -> Decision:
+        """The answers to ``request`` from what was read for its plan."""
+        plan = reading.plan
         answers = assemble(request.questions, plan, reading.logits, self.profile,
                            reading.priors)
         for question in request.questions:
             readout = request.taught.get(question.id)
             if readout is not None:
                 answers[question.id] = taught_answer(
-                    question, _in_question_order(readout, question, reading,
-                                                 answers[question.id], request.state),
+                    question, in_question_order(readout, question, reading,
+                                                answers[question.id], request.state),
                     readout.id)
         types = {question.id: question.type for question in request.questions}
         rows_by_type: dict[str, int] = {}
@@ -281,9 +310,7 @@ class DecisionEngine:
             rows_by_type[types[row.question_id]] = rows_by_type.get(types[row.question_id], 0) + 1
         return Decision(model=self.model_name, answers=answers, input_tokens=plan.input_tokens,
                         decoding=_decoding(self._reader, request.wants_exact),
-                        timings={"plan_ms": (planned - started) * 1000,
-                                 "decode_ms": (decoded - planned) * 1000},
-                        rows_by_type=rows_by_type,
+                        timings=timings, rows_by_type=rows_by_type,
                         hidden={question_id: reading.hidden[question_id]
                                 for question_id in request.hidden_for},
                         middle=reading.middle if request.hidden_for else None,
@@ -293,63 +320,19 @@ class DecisionEngine:
                                      if question_id in reading.slot_middle})
 
 
+def read_together(reader: RowReader, reads: Sequence[tuple[Sequence[int], Sequence[Row]]],
+                  before_row: Callable[[], None] | None) -> list[list[list[float]]]:
+    """The reader's ``read_together`` where it has one, else each request read in turn."""
+    if not reads:
+        return []
+    together = getattr(reader, "read_together", None)
+    if together is not None:
+        return together(reads, before_row)
+    return [reader.read(prefix, rows, before_row) for prefix, rows in reads]
+
+
 def _decoding(reader: RowReader | None, exact: bool) -> str:
     return ("exact" if exact else "batched") if getattr(reader, "batched", False) else ""
-
-
-def _hidden_wanted(request: DecisionRequest) -> frozenset[str]:
-    return request.hidden_for | frozenset(request.taught)
-
-
-def _slot_wanted(request: DecisionRequest) -> frozenset[str]:
-    """Questions whose middle layer at the answer slot is read: a fit's (it may choose it) and
-    those whose readout reads it (one small decode each, ``llm.context_levels``)."""
-    return request.hidden_for | frozenset(
-        question_id for question_id, readout in request.taught.items()
-        if readout.reads in SLOT_READS)
-
-
-def _answer_slots(plan: RowPlan, question_ids: frozenset[str]) -> dict[str, int]:
-    """The row whose answer slot is each question's: its first row (an option readout's rows
-    of one question share their question piece, whose last token is the slot)."""
-    slots: dict[str, int] = {}
-    for index, row in enumerate(plan.rows):
-        if row.question_id in question_ids and row.question_id not in slots:
-            slots[row.question_id] = index
-    return slots
-
-
-def _in_question_order(readout: TaughtReadout, question: Question, reading: Reading,
-                       zero_shot: Readout, state: Any) -> list[float]:
-    """The readout's probabilities in the question's own answer order (a choice's options may
-    come in any order); a question whose answers are not the readout's is refused."""
-    keys = answer_keys(question)
-    if sorted(keys) != sorted(readout.answers):
-        raise InvalidRequest(errors=[FieldError(
-            loc=("questions", question.id, TAUGHT_FIELD),
-            msg=f"taught question {readout.id} answers {sorted(readout.answers)}, and this "
-                f"question's answers are {sorted(keys)}", type="value_error")])
-    missing = ((readout.reads in MIDDLE_READS and reading.middle is None)
-               or (readout.reads in SLOT_READS and question.id not in reading.slot_middle))
-    reads_layer = readout.reads in (*MIDDLE_READS, *SLOT_READS)
-    if not missing and reads_layer and readout.layer != reading.middle_layer:
-        fitted_on = ("a middle layer read where an earlier release read it" if readout.layer
-                     is None else f"layer {readout.layer} of the model")
-        raise InvalidRequest(errors=[FieldError(
-            loc=("questions", question.id, TAUGHT_FIELD),
-            msg=f"taught question {readout.id} was fitted on {fitted_on}, and this worker's "
-                f"reader reads layer {reading.middle_layer}; teach it again to fit it on this "
-                "one", type="value_error")])
-    if missing:
-        raise InvalidRequest(errors=[FieldError(
-            loc=("questions", question.id, TAUGHT_FIELD),
-            msg=f"taught question {readout.id} reads a middle layer of the model, which this "
-                "worker's reader does not report; teach it again to fit it without one",
-            type="value_error")])
-    by_answer = dict(zip(readout.answers, readout.answer_probabilities(
-        reading.hidden[question.id], zero_shot_by_answer(zero_shot, question), state,
-        middle=reading.middle, slot=reading.slot_middle.get(question.id)), strict=True))
-    return [by_answer[key] for key in keys]
 
 
 def assemble(questions: Sequence[Question], plan: RowPlan, logits: Sequence[Sequence[float]],
