@@ -76,14 +76,16 @@ def run_together(job_ids: Sequence[str], around: Surroundings) -> dict[str, str 
     if len(group) < 2:
         group = []
     alone = [job for job in claimed if job not in group]
+    running: jobs.JobRecord | None = None
     try:
-        for job in alone:
-            outcomes[job.id] = run_claimed(job, around)
+        for running in alone:
+            outcomes[running.id] = run_claimed(running, around)
+        running = None
         if group:
             outcomes.update(_run_group(group, requests, around))
-    except RunnerUnavailable:  # put back whatever this group had not run yet
+    except RunnerUnavailable:  # put back whatever had not run yet (run_claimed puts back its own)
         for job in claimed:
-            if job.id not in outcomes:
+            if job.id not in outcomes and job is not running:
                 release(around, job)
                 if around.on_requeued is not None:
                     around.on_requeued(job.id)

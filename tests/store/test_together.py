@@ -13,7 +13,7 @@ from sqlalchemy import update
 
 from decide.core.engine import Decision
 from decide.core.errors import RequestTooLarge
-from decide.runner.client import RunnerCrashed
+from decide.runner.client import RunnerCrashed, RunnerUnavailable
 from decide.store import job_claims, job_reads, jobs, recovery, submission, tables
 from decide.worker import execute
 from decide.worker.together import run_together
@@ -191,3 +191,18 @@ def test_jobs_that_cannot_share_a_decode_go_alone_or_not_at_all(db, kind):
         assert outcomes[ids[0]] == jobs.SUCCEEDED and engine.alone == ["a"]
     else:
         assert outcomes[ids[0]] is None and engine.alone == []
+
+
+def test_a_runner_that_cannot_decode_puts_every_member_back_once_and_says_so(db):
+    ids = [new(db, "alice", state) for state in ("a", "b", "c")]
+
+    def unavailable(round_, calls):
+        raise RunnerUnavailable("the runner is starting again")
+
+    requeued: list[str] = []
+    with pytest.raises(RunnerUnavailable):
+        run_together(ids, around(db, Engine(during=unavailable), on_requeued=requeued.append))
+    assert sorted(requeued) == sorted(ids)
+    for job_id in ids:
+        job = job_reads.get_job(db, job_id)
+        assert (job.status, job.crashes, job.decode_runs) == (jobs.QUEUED, 0, 0)
