@@ -112,11 +112,13 @@ def test_a_fit_reports_its_figures(taught):
 
 
 def test_a_fit_that_learns_nothing_is_ready_but_unused_and_answers_stay_zero_shot(server):
-    """Labels that follow nothing in the states: the fit cannot beat zero-shot, so it does
-    not answer the questions that match it; named, it still answers; use always overrides."""
+    """Labels that follow nothing in the states (each state taught once "yes" and once "no"):
+    the fit cannot beat zero-shot, so it does not answer the questions that match it; named,
+    it still answers; use always overrides. (Labels merely shuffled over distinct states let
+    a fit beat zero-shot by chance on some hosts' numerics.)"""
     noise = {"type": "noul", "instructions": "Is the ticket number even?"}
     examples = [{"state": f"Support ticket about a delayed parcel, number {number * 7 + 3}",
-                 "answer": ["yes", "no", "no", "yes"][number % 4]} for number in range(12)]
+                 "answer": answer} for number in range(6) for answer in ("yes", "no")]
     with server.client(ALPHA) as client:
         unused = taught_ready(client, noise, examples)
         assert unused["fit"]["gate"]["used"] is False, unused["fit"]["gate"]

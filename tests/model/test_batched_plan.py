@@ -116,11 +116,17 @@ def test_a_label_row_read_alone_by_the_batched_plan_gives_the_exact_bits(default
 
 
 def test_a_read_asking_for_exact_gives_the_exact_plans_bits(default_engine, batched_reader):
-    request = parse_request({"state": TICKETS[0], "questions": QUESTIONS})
-    plan = default_engine.engine.plan(request)
-    exact = default_engine.reader.read(plan.prefix, plan.rows)
-    assert batched_reader.read(plan.prefix, plan.rows, exact=True) == exact
-    assert batched_reader.read(plan.prefix, plan.rows) != exact  # batched: other last bits
+    """On a ticket whose batched read differs from the exact one in some last bit (on some
+    CPUs a ticket's two reads coincide: the first that differs is taken)."""
+    differing = 0
+    for ticket in TICKETS:
+        plan = default_engine.engine.plan(parse_request({"state": ticket, "questions": QUESTIONS}))
+        exact = default_engine.reader.read(plan.prefix, plan.rows)
+        assert batched_reader.read(plan.prefix, plan.rows, exact=True) == exact, ticket
+        differing += batched_reader.read(plan.prefix, plan.rows) != exact
+        if differing:
+            break
+    assert differing  # batched gives other last bits: the check compares two plans
 
 
 def test_batched_reads_every_row_in_few_decodes(default_engine, batched_reader, monkeypatch):
