@@ -9,6 +9,8 @@ import random
 
 import pytest
 
+from tests.support.waits import wait_until
+
 pytestmark = pytest.mark.model
 
 GOOD = {"model": "jev-latest", "state": {"ticket": "charged twice", "lines": list(range(9))},
@@ -91,6 +93,13 @@ def test_hundreds_of_malformed_bodies_never_get_a_5xx(open_server):
             assert client.get(f"/v1/jobs?{query}").status_code < 500
         assert open_server.alive()
         good = client.post("/v1/systemone", json=GOOD)
-        assert good.status_code == 200, good.text
-        assert set(good.json()["answers"]) == {"d", "r", "u"}
+        if good.status_code == 504:  # the session's shared server still busy with earlier work
+            job_id = good.json()["detail"]["job_id"]
+            answers = wait_until(lambda: (job := client.get(
+                f"/v1/jobs/{job_id}", params={"wait": 30}).json())["status"] == "succeeded"
+                and job["result"]["answers"], 300, what="the good request never succeeded")
+        else:
+            assert good.status_code == 200, good.text
+            answers = good.json()["answers"]
+        assert set(answers) == {"d", "r", "u"}
     assert statuses.get(422, 0) > 100  # most of them were refused, with field errors

@@ -2,8 +2,8 @@
 Celery, ``decide serve`` and one ``decide worker`` decoding up to four jobs of a lane
 together, by the batched plan forced on the CPU. Key A's backlog is fed to the lane in turns
 with key B's one job, so B's waits for a few of A's, not the backlog; a cancel stops its job
-inside a group while the others finish; foreground work is decoded before the background
-group's next round; and every job is decoded exactly once."""
+inside a group while the others finish; foreground work goes before the background backlog;
+and every job is decoded exactly once."""
 
 from __future__ import annotations
 
@@ -68,9 +68,11 @@ def test_jobs_of_two_keys_decoded_together_fairly_with_a_cancel_and_exactly_once
         "SELECT count(*) FROM jobs WHERE batch_id IS NOT NULL AND started_at < "
         "(SELECT started_at FROM jobs WHERE id = :b)", b=b_job)
     assert before_b <= LANE_LIST + TOGETHER, before_b
-    # the foreground job went before every background job not yet begun when it came
-    sync_started = cluster.scalar("SELECT started_at FROM jobs WHERE id = :j", j=sync)
-    later = cluster.scalar("SELECT min(started_at) FROM jobs WHERE id <> ALL(:group) "
-                           "AND id <> :sync", group=group, sync=sync)
-    assert sync_started < later
+    # the foreground job went before the background backlog: at most one more group of it
+    # began first (a Celery worker may hold the next background message already, and looks for
+    # foreground work between rows at most every FOREGROUND_LOOK_SECONDS)
+    before_sync = cluster.scalar(
+        "SELECT count(*) FROM jobs WHERE batch_id IS NOT NULL AND id <> ALL(:group) AND "
+        "started_at < (SELECT started_at FROM jobs WHERE id = :j)", group=group, j=sync)
+    assert before_sync <= TOGETHER, before_sync
     assert worker.poll() is None
