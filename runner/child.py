@@ -28,6 +28,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
@@ -173,40 +174,38 @@ class _Server:
         if FAULT_VARIABLE in os.environ and any(_fault_for(str(request.state))
                                                 for request in requests):
             _segfault()
-        try:
-            outcomes = [outcome if not isinstance(outcome, Exception) else _portable(outcome)
-                        for outcome in self.engine_for(model).decide_together(
-                            requests, self._before_row)]
-        except _Stopped:
-            self._connection.send(("stopped",))
-        except Exception as error:
-            self._connection.send(("error", _portable(error)))
-        else:
-            try:  # pickled before a byte is written: a failure leaves the socket clean
-                self._connection.send(("done", outcomes))
-            except Exception as error:
-                self._connection.send(("error", _portable(error)))
+        self._answer(lambda: [
+            outcome if not isinstance(outcome, Exception) else _portable(outcome)
+            for outcome in self.engine_for(model).decide_together(requests, self._before_row)])
 
     def decide(self, model: str, request: Any) -> None:
         """One request, answered ``done``, ``error`` or ``stopped``; nested requests are served
         while this one waits before a row."""
         if FAULT_VARIABLE in os.environ and _fault_for(str(request.state)):
             _segfault()
-        try:
+        def decision() -> Any:
             engine = self.engine_for(model)
             if request.taught or request.hidden_for:
                 identity = self.identity(model)
                 check_taught_identity(request, model, identity)
-            decision = engine.decide(request, self._before_row)
+            decided = engine.decide(request, self._before_row)
             if request.hidden_for:
-                decision = replace(decision, model_identity=identity)
+                decided = replace(decided, model_identity=identity)
+            return decided
+
+        self._answer(decision)
+
+    def _answer(self, compute: Callable[[], Any]) -> None:
+        """``compute()`` answered ``done``, or ``error`` or ``stopped``."""
+        try:
+            result = compute()
         except _Stopped:
             self._connection.send(("stopped",))
         except Exception as error:
             self._connection.send(("error", _portable(error)))
         else:
             try:  # pickled before a byte is written: a failure leaves the socket clean
-                self._connection.send(("done", decision))
+                self._connection.send(("done", result))
             except Exception as error:
                 self._connection.send(("error", _portable(error)))
 
