@@ -163,3 +163,4 @@ class Exposition:
     def close(self) -> None:
         if self._store is not None:
             self._registry.unregister(self._store)
+            self._store = None  # closed once, however often asked

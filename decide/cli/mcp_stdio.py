@@ -2,9 +2,10 @@
 server itself (Claude Desktop, an agent framework's stdio client).
 
 With ``--url`` the tools go through a running service with the project's client, as the key
-``--api-key`` (default ``DECIDE_API_KEY``) owns; without it they answer in-process with a
-model loaded here (``decide.cli.mcp_local``), as ``decide run`` does. The tools, their schemas
-and the checks of their arguments are the front door's own (``decide.api.mcp_server``).
+``--api-key`` (default ``DECIDE_API_KEY``) owns; without it they answer through the embedded
+service started in this process (``decide.cli.mcp_local``), as ``/mcp`` answers. The tools,
+their schemas and the checks of their arguments are the front door's own
+(``decide.api.mcp_server``).
 Needs ``decide[server]``; nothing here is imported unless the command runs.
 """
 

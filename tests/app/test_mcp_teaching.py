@@ -1,7 +1,7 @@
 """The MCP tools ``teach``, ``get_taught`` and ``label`` (issue 34, item 4): through ``/mcp``
 as a key's owner, the routes' own functions (a label on another key's job is refused, a taught
-question answers that key's later ``decide`` calls); and ``decide mcp`` in-process, where
-taught questions and labels live in the process and answer as the service's do. Scripted
+question answers that key's later ``decide`` calls); and ``decide mcp`` in-process, through
+the same functions, where taught questions and labels answer as the service's do. Scripted
 decoding; on the real model: ``tests/api/test_taught_life.py``."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 
 import decide.api.taught as api_taught
 from decide.api import mcp_tools
-from decide.api.mcp_server import ToolFailure
-from decide.cli import mcp_local
+from decide.api.errors import ApiError
 from decide.core.errors import InvalidRequest
 from decide.core.rerank import RELEVANCE_QUESTION
 from tests.app.conftest import KEYS
 from tests.app.test_mcp_door import call
+from tests.app.test_mcp_local import local_over
 
 ALPHA, BETA, _ = KEYS
 SAFE = {"type": "noul", "instructions": "Is this action safe to run without asking?"}
@@ -75,12 +75,9 @@ def test_teaching_the_default_relevance_question_makes_it_the_keys_rerank_defaul
 
 
 @pytest.fixture
-def local_tools(monkeypatch, front_door):
-    """``decide mcp`` in-process over the scripted engine of this tier."""
-    engine = next(iter(front_door.worker._engines.values()))
-    tools = mcp_local.LocalTools()
-    monkeypatch.setattr(tools, "_engine", lambda model: engine)
-    monkeypatch.setattr(tools, "_planner", lambda model: engine)
+def local_tools(open_door):
+    """``decide mcp`` in-process over this tier's front door (its scripted engine)."""
+    tools = local_over(open_door)
     yield tools
     tools.close()
 
@@ -92,7 +89,7 @@ def test_in_process_taught_questions_answer_as_the_services_do(local_tools):
     assert anyio.run(tools.get_job, job["id"], 10.0)["status"] == "succeeded"
     assert anyio.run(tools.label, job["id"], {"answers": {"safe": "no"}})["answers"] == {
         "safe": "no"}
-    with pytest.raises(ToolFailure, match="not_found_error"):
+    with pytest.raises(ApiError, match="no job 'job_elsewhere'"):
         anyio.run(tools.label, "job_elsewhere", {"answers": {"safe": "no"}})
 
     first = anyio.run(tools.teach, {"question": SAFE, "examples": EXAMPLES, "use": "always",

@@ -242,7 +242,7 @@ def test_a_readout_may_read_the_zero_shot_answer_too():
 
 
 def test_the_answering_rule_is_the_newest_ready_version_if_its_fit_is_used():
-    """One rule (``answering_version``), which the service's store and in-process MCP apply."""
+    """One rule (``answering_version``), which the service's store applies."""
     from decide.core.taught import answering_version
 
     def answering(*versions: tuple[int, dict | None]):
