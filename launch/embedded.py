@@ -45,8 +45,12 @@ def embedded_service(settings: Settings) -> EmbeddedService:
     worker = EmbeddedWorker(db=db, catalog=catalog, settings=settings, events=events)
     context = api_context(settings, db, catalog, worker, events)
     worker.start()
-    webhooks = webhook_delivery(db, settings)
-    webhooks.start()
+    try:
+        webhooks = webhook_delivery(db, settings)
+        webhooks.start()
+    except BaseException:  # nothing left running behind a start that failed
+        worker.stop()
+        raise
 
     def stop() -> None:
         webhooks.stop()
@@ -56,7 +60,11 @@ def embedded_service(settings: Settings) -> EmbeddedService:
         deadline = time.monotonic() + timeout
         while worker.runner.state == STARTING and time.monotonic() < deadline:
             time.sleep(LOAD_POLL_SECONDS)
-        return None if worker.runner.state == READY else worker.runner.problem
+        if worker.runner.state == READY:
+            return None
+        if worker.runner.state == STARTING:
+            return f"it did not finish loading within {timeout:.0f} s"
+        return worker.runner.problem
 
     return EmbeddedService(context, stop, loaded)
 

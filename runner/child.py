@@ -232,11 +232,25 @@ class _Server:
             loaded.close()
 
 
+def _keep_off_standard_output() -> None:
+    """Standard input and output are the parent's, which may be a protocol's (``decide mcp``
+    speaks MCP on them): nothing here reads the one, and anything written to the other
+    (a stray print, a library's notice) goes to standard error instead."""
+    try:
+        nothing = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(nothing, 0)
+        os.close(nothing)
+        os.dup2(2, 1)
+    except OSError:  # no standard error to point at: leave them as they are
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m decide.runner.child")
     parser.add_argument("--fd", type=int, required=True, help="the socket to the worker")
     args = parser.parse_args(argv)
     _die_with_parent()
+    _keep_off_standard_output()
     connection = Connection(args.fd)
     kind, settings, model = connection.recv()
     assert kind == "init"

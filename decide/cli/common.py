@@ -9,6 +9,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -182,3 +183,15 @@ def where_decide_is(executable: str = sys.executable, path: str | None = None,
         return "the command line is `decide` (on your PATH)"
     return (f"the command line is `{shown / 'decide'}` (not on your PATH), or "
             f"`source {shown / 'activate'}` first and then `decide`")
+
+
+def exit_cleanly_on(*signals: signal.Signals) -> None:
+    """Each of ``signals`` is a request to stop, as Ctrl-C is: an exit with status 0 that
+    runs the ``finally`` blocks on its way (where the default handler ends the process at
+    once, with status 128 + the signal)."""
+    for stop in signals:
+        signal.signal(stop, _exit_cleanly)
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)

@@ -16,6 +16,7 @@ row. The tools act as the one owner of an open service (``api.auth.PUBLIC_OWNER`
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -34,16 +35,19 @@ from decide.launch.embedded import EmbeddedService, embedded_service
 
 T = TypeVar("T")
 DATABASE_FILE = "mcp.db"
-LOAD_SECONDS = 300.0
-"""How long the tools wait at start for the worker's runner to load the default model (a
-second or two for the embedded default): a model that cannot be loaded is said at once."""
+LOAD_MARGIN_SECONDS = 5.0
+"""The tools wait at start for the worker's runner to load the default model (a second or
+two for the embedded default) up to its own start bound (``DECIDE_RUNNER_START_SECONDS``)
+and this margin; a model that cannot be loaded is said at once."""
 
 
 def local_settings(settings: Settings, folder: Path) -> Settings:
-    """``settings`` with this process's own database in ``folder``, and the per-minute quota
-    window in memory (no broker: the worker is in-process)."""
+    """``settings`` with this process's own database in ``folder``, the per-minute quota
+    window in memory (no broker: the worker is in-process), and no keys (the tools act as
+    the open service's one owner: a keys file set up for ``decide serve`` is not read)."""
     return settings.model_copy(update={"database_url": f"sqlite:///{folder / DATABASE_FILE}",
-                                       "broker_url": None})
+                                       "broker_url": None, "api_keys": "",
+                                       "api_keys_file": None, "admin_keys": ""})
 
 
 class LocalTools:
@@ -52,16 +56,21 @@ class LocalTools:
 
     def __init__(self, settings: Settings | None = None,
                  build: Callable[[Settings], EmbeddedService] = embedded_service) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="decide-mcp-"))
+        self.folder = Path(tempfile.mkdtemp(prefix=f"decide-mcp-{os.getpid()}-"))
         try:
             self.service = build(local_settings(settings or Settings(), self.folder))
         except BaseException:
             shutil.rmtree(self.folder, ignore_errors=True)
             raise
-        problem = self.service.loaded(LOAD_SECONDS)
+        try:
+            problem = self.service.loaded(self.service.context.settings.runner_start_seconds
+                                          + LOAD_MARGIN_SECONDS)
+        except BaseException:  # interrupted while the model loads
+            self.close()
+            raise
         if problem is not None:
             self.close()
-            raise ConfigError(f"decide mcp: the default model could not be loaded: {problem}")
+            raise ConfigError(f"decide mcp: the default model is not loaded: {problem}")
         self._tools = FrontDoorTools(ctx=self.service.context, owner=PUBLIC_OWNER)
         self._calls: set[anyio.CancelScope] = set()
         self._closing = False

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from mcp.server.stdio import stdio_server
 
 from decide.api import mcp_tools
 from decide.api.mcp_server import Backend, ToolFailure, build_server
+from decide.cli.common import exit_cleanly_on
 from decide.client import AsyncClient, calls
 from decide.client.errors import APIError, InvalidRequestError, ServiceUnreachableError
 
@@ -157,6 +159,9 @@ def mcp_command(args: argparse.Namespace) -> int:
         return 0
     from decide.cli.mcp_local import LocalTools  # loads llama_cpp: after main chose its build
 
+    # a client that stops the server with SIGTERM (the SDK's, 2 s after closing its side) or
+    # SIGHUP still has the tools closed: the worker stopped, the temporary database removed
+    exit_cleanly_on(signal.SIGTERM, signal.SIGHUP)
     tools = LocalTools()
     try:
         anyio.run(serve, tools, tools.model_names, tools.stop_decoding)

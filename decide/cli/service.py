@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from decide.cli.common import UsageError, reading, show_progress, where_decide_is
+from decide.cli.common import UsageError, exit_cleanly_on, reading, show_progress, where_decide_is
 from decide.cli.exposure import open_beyond_loopback, open_warning, refusal
 from decide.config.keys_file import ensure_keys
 from decide.config.settings import Settings
@@ -196,11 +196,7 @@ def stop_cleanly_on_sigterm() -> None:
     raises the signal it caught again, with the handler found before it started; this one
     makes that an exit with status 0, where the default handler made it 143 (and ``make
     start`` reported "Error 143": issue 35)."""
-    signal.signal(signal.SIGTERM, _exit_cleanly)
-
-
-def _exit_cleanly(signum: int, frame: object) -> None:
-    raise SystemExit(0)
+    exit_cleanly_on(signal.SIGTERM)
 
 
 SHUTDOWN_MARGIN_SECONDS = 10.0

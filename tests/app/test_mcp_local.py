@@ -77,7 +77,7 @@ def test_a_model_that_cannot_be_loaded_is_said_at_start(open_door, tmp_path, mon
         return EmbeddedService(open_door.client.app.state.context, lambda: stopped.append(True),
                                lambda timeout: "the model file is missing (next try in 1 s)")
 
-    with pytest.raises(ConfigError, match="could not be loaded: the model file is missing"):
+    with pytest.raises(ConfigError, match="is not loaded: the model file is missing"):
         mcp_local.LocalTools(Settings(), build=unloadable)
     assert stopped == [True] and list(temporary.iterdir()) == []
 
