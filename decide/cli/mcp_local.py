@@ -6,12 +6,13 @@ taught question fitted by the worker; quotas, idempotency keys, labels, versions
 question answers, webhooks and metrics are the service's.
 
 Its jobs and taught questions live in a SQLite file in a temporary folder of this process,
-removed when it ends (the service's own database, under ``DECIDE_DATA_DIR``, may have a worker
-of its own running on it). The worker decodes in its runner child, which loads the default
-model before the tools answer (a model that cannot be loaded ends ``decide mcp`` with the
-reason). When the client leaves, the calls in flight end at once
-(``cancelled``), and ``close`` stops the worker: a decode in progress stops before its next
-row. The tools act as the one owner of an open service (``api.auth.PUBLIC_OWNER``).
+removed when it ends, or by the next one to start where it was killed (the service's own
+database, under ``DECIDE_DATA_DIR``, may have a worker of its own running on it). The worker
+decodes in its runner child, which loads the default model before the tools answer (a model
+that cannot be loaded ends ``decide mcp`` with the reason). When the client leaves, the calls
+in flight end at once (``cancelled``), and ``close`` stops the worker: a decode in progress
+stops before its next row. The tools act as the one owner of an open service
+(``api.auth.PUBLIC_OWNER``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from decide.launch.embedded import EmbeddedService, embedded_service
 
 T = TypeVar("T")
 DATABASE_FILE = "mcp.db"
+FOLDER_PREFIX = "decide-mcp-"
+"""The temporary folder's name: this prefix, the process's number, a random part."""
 LOAD_MARGIN_SECONDS = 5.0
 """The tools wait at start for the worker's runner to load the default model (a second or
 two for the embedded default) up to its own start bound (``DECIDE_RUNNER_START_SECONDS``)
@@ -50,13 +53,26 @@ def local_settings(settings: Settings, folder: Path) -> Settings:
                                        "api_keys_file": None, "admin_keys": ""})
 
 
+def remove_abandoned_folders(parent: Path) -> list[Path]:
+    """Remove the folders that in-process tools killed without a chance to close (SIGKILL)
+    left in ``parent``: those whose process (the number in their name) is gone."""
+    removed = []
+    for folder in parent.glob(f"{FOLDER_PREFIX}*-*"):
+        number = folder.name.removeprefix(FOLDER_PREFIX).split("-", 1)[0]
+        if number.isdigit() and not Path(f"/proc/{number}").exists() and folder.is_dir():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 class LocalTools:
     """The tools over the embedded service started here (``build`` makes it: the real one by
     default); ``stop_decoding`` when the client has left, ``close`` at the end."""
 
     def __init__(self, settings: Settings | None = None,
                  build: Callable[[Settings], EmbeddedService] = embedded_service) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix=f"decide-mcp-{os.getpid()}-"))
+        remove_abandoned_folders(Path(tempfile.gettempdir()))
+        self.folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
         try:
             self.service = build(local_settings(settings or Settings(), self.folder))
         except BaseException:

@@ -6,6 +6,8 @@ when the client leaves ends at once, and none starts after."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -65,6 +67,23 @@ def test_a_failed_start_leaves_no_folder_behind(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="no model"):
         mcp_local.LocalTools(Settings(), build=broken)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_folders_left_by_killed_tools_are_removed_by_the_next_start(tmp_path):
+    dead = tmp_path / f"{mcp_local.FOLDER_PREFIX}{dead_pid()}-abc"
+    alive = tmp_path / f"{mcp_local.FOLDER_PREFIX}{os.getpid()}-def"
+    other = tmp_path / "decide-mcp-notes"
+    for folder in (dead, alive, other):
+        folder.mkdir()
+    assert mcp_local.remove_abandoned_folders(tmp_path) == [dead]
+    assert not dead.exists() and alive.exists() and other.exists()
+
+
+def dead_pid() -> int:
+    """The number of a process that has ended (and was reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
 
 
 def test_a_model_that_cannot_be_loaded_is_said_at_start(open_door, tmp_path, monkeypatch):
