@@ -59,10 +59,21 @@ def remove_abandoned_folders(parent: Path) -> list[Path]:
     removed = []
     for folder in parent.glob(f"{FOLDER_PREFIX}*-*"):
         number = folder.name.removeprefix(FOLDER_PREFIX).split("-", 1)[0]
-        if number.isdigit() and not Path(f"/proc/{number}").exists() and folder.is_dir():
+        if number.isdigit() and not running(int(number)) and folder.is_dir():
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
+
+
+def running(pid: int) -> bool:
+    """Whether a process numbered ``pid`` exists (any host: no ``/proc`` needed)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 class LocalTools:
