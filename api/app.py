@@ -18,12 +18,12 @@ from decide.api.routes import (
     health,
     jobs,
     models,
-    questions,
     rerank,
     usage,
-    webhooks,
 )
 from decide.api.schemas import install_schemas
+from decide.teach import routes as taught_routes
+from decide.webhooks import routes as webhook_routes
 
 
 def create_app(context: ApiContext) -> FastAPI:
@@ -31,8 +31,8 @@ def create_app(context: ApiContext) -> FastAPI:
                   description="Typed decisions with calibrated probabilities (System One).")
     app.state.context = context
     install_error_handlers(app)
-    for module in (decisions, rerank, jobs, batches, questions, usage, models, health,
-                   webhooks, console):
+    for module in (decisions, rerank, jobs, batches, taught_routes, usage, models, health,
+                   webhook_routes, console):
         app.include_router(module.router)
     app.add_middleware(RefuseNul)
     app.add_middleware(MeasuredRequests)  # the outermost: it counts the refusals too

@@ -15,8 +15,6 @@ from decide.api.errors import invalid
 from decide.api.intake import Intake, Stored, take_in
 from decide.api.quotas import Admission
 from decide.api.submit import check_lane, checked_metadata, checked_priority, request_hash
-from decide.api.taught import resolve_taught
-from decide.api.webhook_fields import webhook_url, with_signing_secret
 from decide.core.engine import DecisionEngine, row_count
 from decide.core.errors import FieldError, InvalidRequest, RequestTooLarge
 from decide.core.protocol import BLANK_STATE, DecisionRequest, is_blank_state, parse_request
@@ -24,6 +22,8 @@ from decide.core.questions import MAX_ID_CHARS, NUL, NUL_REFUSED, json_kind
 from decide.core.render import render_state
 from decide.core.rows import CONTEXT_HEAD
 from decide.store import batches
+from decide.teach.answering import resolve_taught
+from decide.webhooks.fields import webhook_url, with_signing_secret
 
 MAX_ITEMS = 100_000
 MAX_REPORTED_ERRORS = 20

@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from decide.api import mcp_tools, teaching
+from decide.api import mcp_tools
 from decide.api.body import read_raw
 from decide.api.context import ApiContext
 from decide.api.errors import ApiError, not_found
@@ -43,10 +43,11 @@ from decide.api.rerank import rerank
 from decide.api.submit import accept, owned_job
 from decide.api.views import job_view, sync_response
 from decide.api.waiting import wait_as_sync_caller, wait_finished
-from decide.api.webhook_fields import job_url, shown, webhook_url, with_signing_secret
 from decide.core.errors import InvalidRequest, RequestTooLarge
 from decide.core.protocol import MAX_BODY_BYTES
 from decide.store import jobs
+from decide.teach import doors
+from decide.webhooks.fields import job_url, shown, webhook_url, with_signing_secret
 
 PATH = "/mcp"
 OWNER_STATE = "decide_owner"
@@ -110,14 +111,14 @@ class FrontDoorTools:
 
     async def teach(self, body: dict[str, Any], wait: float | None) -> dict[str, Any]:
         """As ``POST /v1/questions``, then ``GET /v1/questions/{id}?wait=``."""
-        record = await run_in_threadpool(teaching.teach, self.ctx, self.owner, body)
-        return await teaching.read_taught(self.ctx, self.owner, record.id, wait)
+        record = await run_in_threadpool(doors.teach, self.ctx, self.owner, body)
+        return await doors.read_taught(self.ctx, self.owner, record.id, wait)
 
     async def get_taught(self, taught_id: str, wait: float | None) -> dict[str, Any]:
-        return await teaching.read_taught(self.ctx, self.owner, taught_id, wait)
+        return await doors.read_taught(self.ctx, self.owner, taught_id, wait)
 
     async def label(self, job_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        return await run_in_threadpool(teaching.label, self.ctx, self.owner, job_id, body)
+        return await run_in_threadpool(doors.label, self.ctx, self.owner, job_id, body)
 
 
 def tools_of(request: Request | None) -> FrontDoorTools:

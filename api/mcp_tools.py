@@ -26,15 +26,15 @@ from decide.api.schemas import (
     model_property,
 )
 from decide.api.submit import checked_metadata, checked_priority
-from decide.api.taught_schemas import (
+from decide.core.protocol import FOREGROUND, MAX_WAIT_SECONDS, parse_request, plain_json_problem
+from decide.core.rerank import MAX_DOCUMENTS, parse_rerank
+from decide.teach.schemas import (
     GetTaughtArgumentsSchema,
     LabelArgumentsSchema,
     LabelsSchema,
     TaughtQuestionSchema,
     TeachArgumentsSchema,
 )
-from decide.core.protocol import FOREGROUND, MAX_WAIT_SECONDS, parse_request, plain_json_problem
-from decide.core.rerank import MAX_DOCUMENTS, parse_rerank
 
 JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 """What a job id may be: a path segment that names one job, never ``.`` or ``..`` (which a
@@ -233,7 +233,7 @@ def _wait(given: dict[str, Any]) -> float | None:
 
 def teach_arguments(arguments: Any) -> tuple[dict[str, Any], float | None]:
     """(the ``POST /v1/questions`` body, wait) of ``teach``; the body is checked by the
-    backend, as the route checks it (``api.teaching.teach``)."""
+    backend, as the route checks it (``teach.doors.teach``)."""
     given = _object(arguments)
     wait = _wait(given)
     return {name: value for name, value in given.items() if name != "wait"}, wait

@@ -32,7 +32,7 @@ from decide.core.rerank import (
 )
 from decide.core.taught import match_key, parse_taught_question
 from decide.store import job_reads, jobs
-from decide.store import taught as taught_store
+from decide.teach import records as taught_records
 
 _QUESTION = re.compile(r"question '(\d+)'")
 DEFAULT_RELEVANCE, _ = parse_taught_question({"type": "noul", "instructions": RELEVANCE_QUESTION})
@@ -49,18 +49,18 @@ def relevance_question(ctx: ApiContext, owner: str,
     answers it. A taught question named in ``x_question`` must be the caller's, ready, a noul,
     and of the model asked (422 at ``x_question``); its own question is asked unless
     ``x_question`` gave one. Without ``x_question``, the key's taught default relevance
-    question answers where it has one that answers (``store.taught.answering``): teaching
+    question answers where it has one that answers (``teach.records.answering``): teaching
     ``RELEVANCE_QUESTION`` makes it the key's rerank default."""
     if request.taught is None and request.question is None:
         key = match_key(ctx.model(request.model).name, DEFAULT_RELEVANCE)
-        found = taught_store.answering(ctx.db, owner=owner, match_keys=[key]).get(key)
+        found = taught_records.answering(ctx.db, owner=owner, match_keys=[key]).get(key)
         return None, None if found is None else found[0]
     if request.taught is None:
         return request.question, None
-    record = taught_store.get_taught(ctx.db, request.taught, owner)
+    record = taught_records.get_taught(ctx.db, request.taught, owner)
     if record is None:
         raise _refused(f"no taught question {request.taught!r}", "not_found")
-    if record.status != taught_store.READY:
+    if record.status != taught_records.READY:
         raise _refused(f"taught question {request.taught} is {record.status}, not ready; wait "
                        "for it (GET /v1/questions/{id}?wait=30)")
     model = ctx.model(request.model).name

@@ -23,9 +23,9 @@ from decide.api.quotas import (
     fits,
     retry_after_draining,
 )
-from decide.api.taught import with_resolved
 from decide.core.protocol import PRIORITIES, parse_request, stored_request
 from decide.store import job_reads, jobs, submission
+from decide.teach.answering import with_resolved
 
 METADATA_MAX_BYTES = 16 * 1024
 

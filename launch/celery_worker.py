@@ -29,11 +29,11 @@ from decide.store.db import make_engine, ping
 from decide.store.workers import Heartbeat, new_worker_id
 from decide.transport.broker import Broker, ChannelListener, on_worker_shutting_down
 from decide.transport.lanes import CANCEL_CHANNEL, TASK_NAME, lane, lanes_of
+from decide.webhooks.delivery import webhook_delivery
 from decide.worker.between_rows import ForegroundFirst
 from decide.worker.delivery import Delivery
 from decide.worker.execute import CancelledJobs, Surroundings, run_job
 from decide.worker.together import run_together
-from decide.worker.webhooks import webhook_delivery
 
 log = logging.getLogger("decide.worker")
 FOREGROUND_LOOK_SECONDS = 0.02

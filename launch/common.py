@@ -51,6 +51,14 @@ def api_context(settings: Settings, db: Database, catalog: Catalog, queue: JobQu
                       backlog=LaneBacklog(db))
 
 
+def shut_down(context: ApiContext, stop: Callable[[], None]) -> None:
+    """A front door's end, for every composition that built one: its metrics collector goes,
+    ``stop`` ends what was started beside it (a worker, a webhook sender), the pool closes."""
+    context.metrics.close()
+    stop()
+    context.db.dispose()
+
+
 def app_for(context: ApiContext, on_shutdown: Callable[[], None]) -> FastAPI:
     """The app, with the MCP tools at ``/mcp`` (their session manager runs while it serves);
     on shutdown its metrics collector goes, ``on_shutdown`` runs, the pool closes."""
@@ -61,9 +69,7 @@ def app_for(context: ApiContext, on_shutdown: Callable[[], None]) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with mcp_sessions.running():
             yield
-        context.metrics.close()
-        on_shutdown()
-        context.db.dispose()
+        shut_down(context, on_shutdown)
 
     app.router.lifespan_context = lifespan
     return app

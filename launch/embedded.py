@@ -16,8 +16,8 @@ from decide.migrations.apply import upgrade
 from decide.runner.client import READY, STARTING
 from decide.store.db import make_engine
 from decide.transport.events import JobEvents
+from decide.webhooks.delivery import webhook_delivery
 from decide.worker.embedded import EmbeddedWorker
-from decide.worker.webhooks import webhook_delivery
 
 LOAD_POLL_SECONDS = 0.1
 

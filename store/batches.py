@@ -36,7 +36,7 @@ class BatchRecord:
     webhook_url: str | None = None
     """Where its ``batch.completed`` event goes besides the key's endpoints (``x_webhook``)."""
     completion_noted: bool = False
-    """Whether its completion has been noted, and its events written (``store.outbox``)."""
+    """Whether its completion has been noted, and its events written (``webhooks.outbox``)."""
     idempotency_key: str | None = None
     request_hash: str | None = None
     """The digest of the body it was submitted with under ``idempotency_key`` (a replay must

@@ -6,7 +6,7 @@ refuses a change the table does not declare, and the caller adds which jobs
 (``.where``) and what else changes with it (``.values``), one conditional statement as before.
 A house rule (``tests/unit/test_house_rules.py``) refuses a status written anywhere else; a
 new job is inserted ``queued`` (``NEW``) by ``store.submission``, ``store.batches`` and
-``store.taught``.
+``teach.records``.
 
 A statement that ends jobs returns ``ENDED`` and its store function hands the rows to
 ``count_ends`` once its transaction committed: every end of a job (a finish, a cancel, an

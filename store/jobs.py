@@ -27,7 +27,7 @@ SUCCEEDED, FAILED, CANCELLED, EXPIRED = "succeeded", "failed", "cancelled", "exp
 FINISHED = (SUCCEEDED, FAILED, CANCELLED, EXPIRED)
 STATUSES = (QUEUED, RUNNING, *FINISHED)
 DECISION, FIT = "decision", "fit"
-"""A job's kinds: a decision, or fitting a taught question (``store.taught``)."""
+"""A job's kinds: a decision, or fitting a taught question (``teach.records``)."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class JobRecord:
     webhook_url: str | None = None
     """Where its ``job.finished`` event goes besides the key's endpoints (``x_webhook``)."""
     notify: bool = False
-    """Whether its finish is announced (a job submitted to be polled; ``store.outbox``)."""
+    """Whether its finish is announced (a job submitted to be polled; ``webhooks.outbox``)."""
 
     @property
     def finished(self) -> bool:

@@ -10,8 +10,8 @@ from decide.store import counts
 from decide.store.clock import database_now, read_database_now
 from decide.store.job_life import ENDED, RETENTION, count_ends, move
 from decide.store.jobs import EXPIRED, FINISHED, QUEUED
-from decide.store.outbox import PENDING
 from decide.store.tables import batches, jobs, webhook_events
+from decide.webhooks.outbox import PENDING
 
 
 def retention_cutoff(db: Engine, retention_seconds: float) -> float:

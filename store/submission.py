@@ -39,7 +39,7 @@ def create_job(db: Engine, *, owner: str, model: str, priority: str, request: di
     """Store a queued job; returns it (without its request) and whether it is new. ``admit``
     runs in the inserting transaction, before the insert (the key's quotas, ``store.quota``):
     what it raises refuses the job. ``notify``: its finish is announced to the key's webhook
-    endpoints and to ``webhook_url`` (``store.outbox``).
+    endpoints and to ``webhook_url`` (``webhooks.outbox``).
 
     With an idempotency key already used by this owner, the earlier job is returned when the
     body is the same, and ``IdempotencyConflict`` is raised when it is not.

@@ -238,7 +238,7 @@ webhook_events = Table(
     Index("ix_webhook_events_finished", "finished_at"),
 )
 """The webhook outbox: one row per event and destination (migrations 0009 and 0010,
-``store.outbox``)."""
+``webhooks.outbox``)."""
 
 webhook_attempts = Table(
     "webhook_attempts", metadata,

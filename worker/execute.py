@@ -23,8 +23,8 @@ from decide.core.protocol import DecisionRequest, parse_request
 from decide.runner.client import RunnerCrashed, RunnerUnavailable
 from decide.store import job_claims, job_reads, jobs, recovery
 from decide.store.db import DATABASE_AWAY, Database
+from decide.teach.fit_jobs import TaughtReadouts, run_fit
 from decide.worker.row_guard import Cancelled, Stopped, Superseded, row_guard
-from decide.worker.teaching import TaughtReadouts, run_fit
 
 log = logging.getLogger("decide.worker")
 CANCEL_CHECK_SECONDS = 1.0

@@ -1,5 +1,5 @@
 """A loop on a daemon thread of its own, started, asked to stop and joined from outside: the
-delivery loop (``worker.delivery``) and the webhook delivery (``worker.webhooks``) are each
+delivery loop (``worker.delivery``) and the webhook delivery (``webhooks.delivery``) are each
 one. A subclass writes ``_loop``, which returns once ``_stopping`` is set."""
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ from decide.api.routes.deps import Context, Owner, PageSize
 from decide.api.schemas import BatchList, BatchRequest, BatchSchema, request_body, responses
 from decide.api.submit import checked_idempotency_key
 from decide.api.views import batch_view
-from decide.api.webhook_fields import shown
 from decide.core import result_table
 from decide.core.questions import Collector, parse_questions
 from decide.store import batches, job_reads
+from decide.webhooks.fields import shown
 
 router = APIRouter()
 

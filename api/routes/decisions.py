@@ -24,9 +24,9 @@ from decide.api.schemas import (
 from decide.api.submit import Accepted, accept, checked_idempotency_key, checked_priority
 from decide.api.views import job_view, sync_response
 from decide.api.waiting import wait_while_connected
-from decide.api.webhook_fields import async_webhook, shown, with_signing_secret
 from decide.store import jobs
 from decide.store.db import DATABASE_AWAY
+from decide.webhooks.fields import async_webhook, shown, with_signing_secret
 
 router = APIRouter()
 

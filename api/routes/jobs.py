@@ -23,10 +23,10 @@ from decide.api.submit import (
 )
 from decide.api.views import job_view
 from decide.api.waiting import wait_finished
-from decide.api.webhook_fields import job_url, shown, webhook_url, with_signing_secret
 from decide.core.protocol import MAX_WAIT_SECONDS
 from decide.store import job_reads, jobs, submission
-from decide.store import taught as taught_store
+from decide.teach import records as taught_records
+from decide.webhooks.fields import job_url, shown, webhook_url, with_signing_secret
 
 router = APIRouter()
 JOB_FIELDS = ("priority", "metadata", "x_webhook")
@@ -74,7 +74,7 @@ async def read_job(job_id: str, ctx: Context, owner: Owner,
 def _with_labels(ctx: ApiContext, job: jobs.JobRecord) -> dict[str, Any]:
     """A decision's job view, with ``x_labels`` (the right answers its owner recorded,
     ``POST /v1/jobs/{id}/labels``) where it has any."""
-    labels = (taught_store.job_labels_of(ctx.db, job_id=job.id, owner=job.owner)
+    labels = (taught_records.job_labels_of(ctx.db, job_id=job.id, owner=job.owner)
               if job.kind == jobs.DECISION else {})
     return {**job_view(job), **({"x_labels": labels} if labels else {})}
 
@@ -124,7 +124,7 @@ async def list_jobs(ctx: Context, owner: Owner,
                                    limit=limit + 1, after=after)
     more = len(page) > limit
     page = page[:limit]
-    labels = await run_in_threadpool(taught_store.labels_of_jobs, ctx.db,
+    labels = await run_in_threadpool(taught_records.labels_of_jobs, ctx.db,
                                      job_ids=[job.id for job in page], owner=whose)
     return {"object": "list",
             "data": [{**job_view(job), **({"x_labels": labels[job.id]} if job.id in labels

@@ -32,6 +32,7 @@ from decide.api.mcp_door import FrontDoorTools
 from decide.api.mcp_server import ToolFailure
 from decide.config.settings import Settings
 from decide.core.errors import ConfigError
+from decide.launch.common import shut_down
 from decide.launch.embedded import EmbeddedService, embedded_service
 
 T = TypeVar("T")
@@ -118,9 +119,7 @@ class LocalTools:
         sender, close the store, and remove this process's database."""
         self._closing = True
         try:
-            self.service.stop()
-            self.service.context.metrics.close()
-            self.service.context.db.dispose()
+            shut_down(self.service.context, self.service.stop)
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
 

@@ -16,7 +16,7 @@ from decide.core.protocol import DecisionRequest
 from decide.core.questions import Question
 from decide.core.taught import TaughtReadout
 from decide.llm.catalog import load_catalog
-from decide.worker.teaching import fit_examples, stored_question
+from decide.teach.fit_jobs import fit_examples, stored_question
 
 _loaded_engines: dict[str | None, Any] = {}
 """Models loaded here, kept for the command's other questions."""
@@ -26,7 +26,7 @@ def check_teachable(path: str, question: dict[str, Any],
                     examples: list[dict[str, Any]]) -> None:
     """The service's own check of a new taught question's examples (every answer of it
     given, answers valid, enough in all): a fit on one answer, or none, means nothing."""
-    from decide.api.taught import check_examples, checked_question  # the front door's, as is
+    from decide.teach.answering import check_examples, checked_question  # the front door's, as is
 
     title = question.get("instructions") or question.get("type")
     try:

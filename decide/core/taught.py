@@ -71,7 +71,7 @@ def fit_used(fit: Mapping[str, Any] | None) -> bool:
 def answering_version(ready: Iterable[Version], *, version: Callable[[Version], int],
                       fit: Callable[[Version], Mapping[str, Any] | None]) -> Version | None:
     """Which version of one question answers a question that names none, of its ``ready``
-    versions (``store.taught`` reads them).
+    versions (``teach.records`` reads them).
 
     The rule: the newest ready version answers if its fit is used (its gate passed, or it was
     taught to be used always; ``decide.teach.fit.gate``); if it is not used, the question is

@@ -3,7 +3,7 @@
 ``webhook_events`` is the outbox: one row per event and destination, written in the same
 transaction that finishes a job (a row trigger on ``jobs``, so every path that finishes one,
 a worker's finish, a cancel, recovery or retention, writes it whatever statement it runs) and
-sent later by the webhook delivery loop (``worker.webhooks``); ``webhook_attempts`` logs each
+sent later by the webhook delivery loop (``webhooks.delivery``); ``webhook_attempts`` logs each
 try. A job is announced when it was submitted to be polled (``notify``: ``POST /v1/jobs``,
 ``Prefer: respond-async``): to its own ``webhook_url`` and to every endpoint its key has
 registered for ``job.finished``. A batch's completion is noted by the delivery loop once its

@@ -4,7 +4,7 @@ token) and to the key's endpoints, newest first, paged; another key's job is a 4
 
 from __future__ import annotations
 
-from decide.store import outbox
+from decide.webhooks import outbox
 
 QUESTIONS = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
 JOB = {"state": "Charged twice, refund please.", "questions": QUESTIONS}

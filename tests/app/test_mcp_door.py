@@ -15,7 +15,7 @@ import pytest
 from decide.api import mcp_tools
 from decide.api.mcp_door import McpSessions
 from decide.core.protocol import MAX_BODY_BYTES
-from decide.store import outbox
+from decide.webhooks import outbox
 from tests.app.conftest import KEYS
 
 ALPHA, BETA, _ = KEYS

@@ -9,7 +9,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-import decide.api.taught as api_taught
+import decide.teach.answering as api_taught
 from decide.api import mcp_tools
 from decide.api.errors import ApiError
 from decide.core.errors import InvalidRequest

@@ -20,7 +20,7 @@ from decide.core.taught import match_key, parse_taught_question
 from decide.llm.catalog import gguf_path, load_catalog
 from decide.llm.identity import model_identity
 from decide.store import job_reads
-from decide.store import taught as taught_store
+from decide.teach import records as taught_records
 from tests.support.waits import wait_until
 
 QUERY = "apple desserts"
@@ -133,7 +133,7 @@ def _ready_taught(door, settings, answers_yes: float) -> str:
     raw = {"type": "noul", "instructions": "Would this document solve the ticket?"}
     question, _ = parse_taught_question(raw)
     model = load_catalog(settings).get(None).name
-    record, _ = taught_store.create_taught(
+    record, _ = taught_records.create_taught(
         door.db, owner=PUBLIC_OWNER, model=model, match_key=match_key(model, question),
         question=raw, examples=[], from_labels=False, rows=0, input_tokens=0, example_count=0)
     width = door.reader.width
@@ -143,8 +143,8 @@ def _ready_taught(door, settings, answers_yes: float) -> str:
                "weights": [[0.0] * width, [0.0] * width],
                "bias": [0.0, math.log(answers_yes / (1 - answers_yes))], "thresholds": [],
                "model_identity": identity, "uses_zero_shot": False}
-    assert taught_store.finish_fit(door.db, record.id, readout=readout, fit={},
-                                   model_identity=identity, error=None)
+    assert taught_records.finish_fit(door.db, record.id, readout=readout, fit={},
+                                     model_identity=identity, error=None)
     return record.id
 
 
@@ -307,7 +307,7 @@ def test_an_async_rerank_is_announced_to_the_keys_webhooks_and_its_x_webhook(fro
     """``Prefer: respond-async`` submits a job to be polled: its finish is told to the key's
     endpoints and to the body's ``x_webhook`` (its secret shown once), as
     ``POST /v1/systemone``'s; a sync rerank, whose answer is in hand, takes no ``x_webhook``."""
-    from decide.store import outbox
+    from decide.webhooks import outbox
 
     alpha = front_door.keyed("key-alpha")
     hook = "https://hooks.example.com/decide"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-import decide.api.taught as api_taught
+import decide.teach.answering as api_taught
 import decide.teach.fit as fit_module
 
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-import decide.api.taught as api_taught
+import decide.teach.answering as api_taught
 from decide.cli.teaching import read_examples
 
 QUESTION = {"type": "noul", "instructions": "Is this action safe to run without asking?"}

@@ -1,11 +1,11 @@
 """Webhooks at the front door, in-process (issue 25, item 3): endpoints and their secrets,
 ``x_webhook`` on jobs, async calls and batches, SSRF refusals as 422s naming the field, and
-the outbox rows a finished job leaves (sending them is ``worker.webhooks``, tested in
+the outbox rows a finished job leaves (sending them is ``webhooks.delivery``, tested in
 tests/store and tests/api)."""
 
 from __future__ import annotations
 
-from decide.store import outbox, webhooks
+from decide.webhooks import endpoints, outbox
 
 QUESTIONS = {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
 JOB = {"state": "Charged twice, refund please.", "questions": QUESTIONS}
@@ -95,10 +95,10 @@ def test_a_job_url_gets_the_key_signing_secret_once_and_its_finish_an_event(fron
         assert event.url == answer.json()["x_webhook"]["url"]
         assert job["x_webhook"] == {"url": event.url}  # the job shows where it calls back
     owner = outbox.events_of(front_door.db, first.json()["id"])[0].owner
-    assert webhooks.signing_secret(front_door.db, owner) == secret
+    assert endpoints.signing_secret(front_door.db, owner) == secret
     rotated = front_door.client.post("/v1/webhooks/secret", headers=alpha)
     assert rotated.status_code == 201 and rotated.json()["secret"] != secret
-    assert webhooks.signing_secret(front_door.db, owner) == rotated.json()["secret"]
+    assert endpoints.signing_secret(front_door.db, owner) == rotated.json()["secret"]
 
 
 def test_registered_endpoints_hear_of_polled_jobs_not_of_sync_calls(front_door):
@@ -190,7 +190,7 @@ def test_a_replay_that_names_a_url_makes_no_secret_and_the_next_url_shows_one(fr
     assert later.status_code == 202
     secret = later.json()["x_webhook"]["secret"]
     (event,) = outbox.events_of(front_door.db, later.json()["id"])
-    assert webhooks.signing_secret(front_door.db, event.owner) == secret
+    assert endpoints.signing_secret(front_door.db, event.owner) == secret
 
 
 def test_a_key_registers_at_most_sixteen_endpoints(front_door):

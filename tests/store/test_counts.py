@@ -14,7 +14,6 @@ from decide.store import (
     job_claims,
     job_reads,
     jobs,
-    outbox,
     recovery,
     retention,
     status,
@@ -23,6 +22,7 @@ from decide.store import (
 from decide.store.tables import batch_counts
 from decide.store.tables import jobs as jobs_table
 from decide.store.workers import beat
+from decide.webhooks import outbox
 
 REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
 

@@ -15,9 +15,9 @@ from decide.store import (
     recovery,
     retention,
     submission,
-    taught,
 )
 from decide.store.clock import read_database_now
+from decide.teach import records as taught_records
 from tests.store.test_attempts import ALIVE, abandon, claim, crash_until_runs, new
 
 STATUSES = (jobs.SUCCEEDED, jobs.FAILED, jobs.CANCELLED, jobs.EXPIRED)
@@ -70,14 +70,14 @@ def test_a_sync_call_left_unwaited_is_counted_when_cancelled(db, ends):
 
 def test_a_taught_questions_fit_cancelled_by_its_delete_is_counted(db, ends):
     def create(key: str):
-        return taught.create_taught(db, owner="alice", model="m", match_key=key,
-                                    question=QUESTION, examples=[], from_labels=False, rows=1,
-                                    input_tokens=1, example_count=0)
+        return taught_records.create_taught(db, owner="alice", model="m", match_key=key,
+                                            question=QUESTION, examples=[], from_labels=False,
+                                            rows=1, input_tokens=1, example_count=0)
 
     (queued, _), (running, running_fit) = create("k"), create("k2")
-    assert taught.delete_taught(db, queued.id, "alice").fit == "cancelled"
+    assert taught_records.delete_taught(db, queued.id, "alice").fit == "cancelled"
     claim(db, running_fit.id, ALIVE)
-    assert taught.delete_taught(db, running.id, "alice").fit == "stopping"
+    assert taught_records.delete_taught(db, running.id, "alice").fit == "stopping"
     assert ends() == {jobs.CANCELLED: 1}  # the running fit ends when its worker stops
 
 

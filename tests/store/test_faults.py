@@ -19,13 +19,13 @@ from decide.store import (
     job_claims,
     job_reads,
     jobs,
-    outbox,
     recovery,
     retention,
     submission,
     tables,
 )
 from decide.store.workers import beat, live_counts, new_worker_id
+from decide.webhooks import outbox
 from decide.worker import execute
 from tests.support.waits import wait_until
 

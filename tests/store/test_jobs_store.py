@@ -14,13 +14,13 @@ from decide.store import (
     job_claims,
     job_reads,
     jobs,
-    outbox,
     recovery,
     retention,
     submission,
     tables,
 )
 from decide.store.ids import new_id
+from decide.webhooks import outbox
 
 REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
 

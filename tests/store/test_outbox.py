@@ -14,12 +14,11 @@ from decide.store import (
     job_claims,
     job_reads,
     jobs,
-    outbox,
     retention,
     submission,
-    webhooks,
 )
 from decide.store.clock import read_database_now
+from decide.webhooks import endpoints, outbox
 
 REQUEST = {"state": "s", "questions": {"r": {"type": "noul", "instructions": "?"}}}
 
@@ -41,27 +40,27 @@ def finish(db, job, status=jobs.SUCCEEDED):
 
 @pytest.mark.parametrize("status", [jobs.SUCCEEDED, jobs.FAILED])
 def test_a_finished_job_writes_one_event_per_destination(db, status):
-    endpoint = webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
-                                     events=[webhooks.JOB_FINISHED])
-    webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/b",
-                          events=[webhooks.BATCH_COMPLETED])  # not subscribed to jobs
-    webhooks.add_endpoint(db, owner="bob", url="https://hooks.example/c",
-                          events=[webhooks.JOB_FINISHED])  # another key's
+    endpoint = endpoints.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                                      events=[endpoints.JOB_FINISHED])
+    endpoints.add_endpoint(db, owner="alice", url="https://hooks.example/b",
+                           events=[endpoints.BATCH_COMPLETED])  # not subscribed to jobs
+    endpoints.add_endpoint(db, owner="bob", url="https://hooks.example/c",
+                           events=[endpoints.JOB_FINISHED])  # another key's
     job = new_job(db, notify=True, webhook_url="https://jobs.example/hook")
     assert outbox.events_of(db, job.id) == []  # nothing before the finish
     finish(db, job, status)
     events = outbox.events_of(db, job.id)
     assert sorted((event.url, event.endpoint_id) for event in events) == [
         ("https://hooks.example/a", endpoint.id), ("https://jobs.example/hook", None)]
-    assert {event.event_type for event in events} == {webhooks.JOB_FINISHED}
+    assert {event.event_type for event in events} == {endpoints.JOB_FINISHED}
     assert {event.status for event in events} == {outbox.PENDING}
     assert len({event.id for event in events}) == 2
     assert {event.id for event in outbox.due_events(db, 10)} == {event.id for event in events}
 
 
 def test_jobs_not_asked_to_notify_and_unfinished_changes_write_nothing(db):
-    webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
-                          events=list(webhooks.EVENT_TYPES))
+    endpoints.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                           events=list(endpoints.EVENT_TYPES))
     quiet = new_job(db)  # a sync call's job: its caller has the answer
     finish(db, quiet)
     loud = new_job(db, notify=True)
@@ -96,14 +95,14 @@ def test_the_trigger_fires_on_exactly_the_declared_ends(db):
 
 
 def test_cancel_and_expiry_write_the_event_too(db):
-    webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
-                          events=[webhooks.JOB_FINISHED])
+    endpoints.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                           events=[endpoints.JOB_FINISHED])
     cancelled = new_job(db, notify=True)
     submission.cancel_job(db, cancelled.id, "alice")
     expired = new_job(db, notify=True)
     retention.apply_retention(db, read_database_now(db) + 1)
     assert [event.event_type for event in outbox.events_of(db, cancelled.id)] == [
-        webhooks.JOB_FINISHED]
+        endpoints.JOB_FINISHED]
     assert len(outbox.events_of(db, expired.id)) == 1
 
 
@@ -144,8 +143,8 @@ def test_retention_keeps_a_batch_until_its_webhook_is_sent(db):
     assert batches.get_batch(db, batch.id, "alice") is None
 
 def test_a_claim_is_taken_once_and_a_try_moves_the_event_on(db):
-    webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
-                          events=[webhooks.JOB_FINISHED])
+    endpoints.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                           events=[endpoints.JOB_FINISHED])
     job = new_job(db, notify=True)
     finish(db, job)
     (event,) = outbox.events_of(db, job.id)
@@ -164,7 +163,7 @@ def test_a_claim_is_taken_once_and_a_try_moves_the_event_on(db):
         outbox.DELIVERED
     log = outbox.deliveries(db, event.endpoint_id, limit=10)
     assert [(entry["attempt"], entry["status_code"]) for entry in log] == [(2, 204), (1, 503)]
-    assert log[0]["event_id"] == event.id and log[0]["event_type"] == webhooks.JOB_FINISHED
+    assert log[0]["event_id"] == event.id and log[0]["event_type"] == endpoints.JOB_FINISHED
     assert outbox.due_events(db, 10) == []
 
 
@@ -180,8 +179,8 @@ def test_an_event_out_of_time_ends_failed(db):
 
 
 def test_a_batch_completion_is_noted_once_when_its_last_item_finishes(db):
-    webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
-                          events=[webhooks.BATCH_COMPLETED])
+    endpoints.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                           events=[endpoints.BATCH_COMPLETED])
     batch, job_ids = batches.create_batch(
         db, owner="alice", model="m", priority="background", questions=REQUEST["questions"],
         metadata=None, items=[("a", "x"), ("b", "y")], rows_per_item=1,
@@ -198,27 +197,27 @@ def test_a_batch_completion_is_noted_once_when_its_last_item_finishes(db):
     events = outbox.events_of(db, batch.id)
     assert sorted(event.url for event in events) == ["https://batch.example/hook",
                                                      "https://hooks.example/a"]
-    assert {event.event_type for event in events} == {webhooks.BATCH_COMPLETED}
+    assert {event.event_type for event in events} == {endpoints.BATCH_COMPLETED}
 
 
 def test_endpoints_and_the_signing_secret(db):
-    endpoint = webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
-                                     events=[webhooks.JOB_FINISHED])
+    endpoint = endpoints.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                                      events=[endpoints.JOB_FINISHED])
     assert endpoint.secret.startswith("whsec_") and endpoint.id.startswith("whep_")
-    assert [e.id for e in webhooks.list_endpoints(db, "alice")] == [endpoint.id]
-    assert webhooks.list_endpoints(db, "bob") == []
-    assert webhooks.get_endpoint(db, endpoint.id, "bob") is None
-    assert not webhooks.delete_endpoint(db, endpoint.id, "bob")
-    assert webhooks.delete_endpoint(db, endpoint.id, "alice")
-    assert webhooks.list_endpoints(db, "alice") == []
-    webhooks.ensure_signing_secret(db, "alice")
-    made = webhooks.show_signing_secret(db, "alice")
+    assert [e.id for e in endpoints.list_endpoints(db, "alice")] == [endpoint.id]
+    assert endpoints.list_endpoints(db, "bob") == []
+    assert endpoints.get_endpoint(db, endpoint.id, "bob") is None
+    assert not endpoints.delete_endpoint(db, endpoint.id, "bob")
+    assert endpoints.delete_endpoint(db, endpoint.id, "alice")
+    assert endpoints.list_endpoints(db, "alice") == []
+    endpoints.ensure_signing_secret(db, "alice")
+    made = endpoints.show_signing_secret(db, "alice")
     assert made is not None and made.startswith("whsec_")
-    webhooks.ensure_signing_secret(db, "alice")  # kept as it is
-    assert webhooks.show_signing_secret(db, "alice") is None  # shown once
-    assert webhooks.signing_secret(db, "alice") == made
-    rotated = webhooks.rotate_signing_secret(db, "alice")
-    assert rotated != made and webhooks.signing_secret(db, "alice") == rotated
+    endpoints.ensure_signing_secret(db, "alice")  # kept as it is
+    assert endpoints.show_signing_secret(db, "alice") is None  # shown once
+    assert endpoints.signing_secret(db, "alice") == made
+    rotated = endpoints.rotate_signing_secret(db, "alice")
+    assert rotated != made and endpoints.signing_secret(db, "alice") == rotated
 
 
 def test_batches_are_looked_at_a_page_at_a_time_round_by_round(db):
@@ -239,8 +238,8 @@ def test_batches_are_looked_at_a_page_at_a_time_round_by_round(db):
 
 
 def test_a_try_whose_lease_ran_out_is_not_recorded(db):
-    endpoint = webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
-                                     events=[webhooks.JOB_FINISHED])
+    endpoint = endpoints.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                                      events=[endpoints.JOB_FINISHED])
     job = new_job(db, notify=True)
     finish(db, job)
     (event,) = outbox.events_of(db, job.id)
@@ -259,7 +258,7 @@ def test_a_signing_secret_is_shown_once_by_the_first_submission_storing_a_url(db
     """Issue 35, item 8: two first x_webhook submissions of a key race. The first makes the
     secret and is refused; the second, run inside it (after the secret was made and before
     the refusal), stores its URL and shows the secret. A third shows nothing: shown once."""
-    from decide.api.webhook_fields import with_signing_secret
+    from decide.webhooks.fields import with_signing_secret
 
     ctx = SimpleNamespace(db=db)
     url = "https://jobs.example/hook"
@@ -278,13 +277,13 @@ def test_a_signing_secret_is_shown_once_by_the_first_submission_storing_a_url(db
                             lambda job: job.webhook_url)
     ((job, shown_secret),) = outcome
     assert job.webhook_url == url and shown_secret is not None
-    assert webhooks.signing_secret(db, "alice") == shown_secret
+    assert endpoints.signing_secret(db, "alice") == shown_secret
     assert with_signing_secret(ctx, "alice", url, submit_url)[1] is None
 
     # refused alone: the secret waits, unshown, for the first submission that stores a URL
     with pytest.raises(RuntimeError):
         with_signing_secret(ctx, "bob", url, lambda: (_ for _ in ()).throw(RuntimeError()))
-    made = webhooks.signing_secret(db, "bob")
+    made = endpoints.signing_secret(db, "bob")
     assert made is not None
     older = new_job(db, owner="bob")
     assert with_signing_secret(ctx, "bob", url, lambda: older,
@@ -293,8 +292,8 @@ def test_a_signing_secret_is_shown_once_by_the_first_submission_storing_a_url(db
                                                                 webhook_url=url),
                                lambda job: job.webhook_url)[1] == made
     # a rotation is shown by its own answer: no submission shows it again
-    webhooks.rotate_signing_secret(db, "bob")
-    assert webhooks.show_signing_secret(db, "bob") is None
+    endpoints.rotate_signing_secret(db, "bob")
+    assert endpoints.show_signing_secret(db, "bob") is None
 
 
 def test_endpoints_are_counted_and_added_under_the_keys_lock(db):
@@ -308,16 +307,16 @@ def test_endpoints_are_counted_and_added_under_the_keys_lock(db):
     from decide.store.tables import webhook_endpoints
 
     for n in range(2):
-        webhooks.add_endpoint(db, owner="alice", url=f"https://hooks.example/{n}",
-                              events=[webhooks.JOB_FINISHED], most=3)
+        endpoints.add_endpoint(db, owner="alice", url=f"https://hooks.example/{n}",
+                               events=[endpoints.JOB_FINISHED], most=3)
     counting, outcome = threading.Event(), []
 
     def second() -> None:
         try:
-            webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/late",
-                                  events=[webhooks.JOB_FINISHED], most=3)
+            endpoints.add_endpoint(db, owner="alice", url="https://hooks.example/late",
+                                   events=[endpoints.JOB_FINISHED], most=3)
             outcome.append("added")
-        except webhooks.TooManyEndpoints:
+        except endpoints.TooManyEndpoints:
             outcome.append("refused")
 
     def noticed(conn, cursor, statement, *args) -> None:
@@ -332,18 +331,18 @@ def test_endpoints_are_counted_and_added_under_the_keys_lock(db):
             lock_owner(connection, "alice")
             connection.execute(webhook_endpoints.insert().values(
                 id="whep_first", owner="alice", url="https://hooks.example/first",
-                secret=webhooks.new_secret(), events='["job.finished"]', created_at=0.0))
+                secret=endpoints.new_secret(), events='["job.finished"]', created_at=0.0))
             racer.start()
             assert counting.wait(10)
         racer.join(10)
     finally:
         event.remove(db, "before_cursor_execute", noticed)
-    assert outcome == ["refused"] and len(webhooks.list_endpoints(db, "alice")) == 3
+    assert outcome == ["refused"] and len(endpoints.list_endpoints(db, "alice")) == 3
 
 
 def test_a_subjects_log_holds_every_try_of_its_events_for_its_owner_only(db):
-    endpoint = webhooks.add_endpoint(db, owner="alice", url="https://hooks.example/a",
-                                     events=[webhooks.JOB_FINISHED])
+    endpoint = endpoints.add_endpoint(db, owner="alice", url="https://hooks.example/a",
+                                      events=[endpoints.JOB_FINISHED])
     job = new_job(db, notify=True, webhook_url="https://jobs.example/hook?token=t")
     other = new_job(db, notify=True)
     finish(db, job)
@@ -435,8 +434,8 @@ def test_the_webhooks_migration_leaves_a_running_batch_to_be_noted(db):
     url = db.url.render_as_string(hide_password=False)
     command.downgrade(alembic_config(url), "0008")
     upgrade(url)
-    webhooks.add_endpoint(db, owner="alice", url="https://hooks.example.com/h",
-                          events=[webhooks.BATCH_COMPLETED])
+    endpoints.add_endpoint(db, owner="alice", url="https://hooks.example.com/h",
+                           events=[endpoints.BATCH_COMPLETED])
     finish(db, SimpleNamespace(id=running_items[1]))
     noted = outbox.note_completed_batches(db)
     assert noted.batches == [running]  # the finished one was noted by the upgrade itself

@@ -217,7 +217,7 @@ def test_the_backlog_read_is_served_by_the_partial_index_of_queued_jobs(postgres
 
 def test_a_taught_question_is_admitted_in_its_own_transaction(db):
     """Teaching stores a fit job and the examples: charged both, refused whole."""
-    from decide.store import taught
+    from decide.teach import records as taught_records
 
     examples = [{"state": "ü" * 500, "answer": "yes"}]
     question = {"type": "noul", "instructions": "?"}
@@ -229,15 +229,16 @@ def test_a_taught_question_is_admitted_in_its_own_transaction(db):
         raise Refused
 
     with pytest.raises(Refused):
-        taught.create_taught(db, owner="key-a", model="m", match_key="k", question=question,
-                             examples=examples, from_labels=False, rows=8, input_tokens=1,
-                             example_count=1, admit=refuse)
+        taught_records.create_taught(db, owner="key-a", model="m", match_key="k", question=question,
+                                     examples=examples, from_labels=False, rows=8, input_tokens=1,
+                                     example_count=1, admit=refuse)
     assert charged[0].rows == 8 and charged[0].bytes > 1000  # the examples' 500 ü
-    assert taught.list_taught(db, owner="key-a", limit=5, after=None) == []
-    record, job = taught.create_taught(db, owner="key-a", model="m", match_key="k",
-                                       question=question, examples=examples, from_labels=False,
-                                       rows=8, input_tokens=1, example_count=1,
-                                       admit=within(QUOTA_ROWS, "key-a"))
+    assert taught_records.list_taught(db, owner="key-a", limit=5, after=None) == []
+    record, job = taught_records.create_taught(db, owner="key-a", model="m", match_key="k",
+                                               question=question, examples=examples,
+                                               from_labels=False, rows=8, input_tokens=1,
+                                               example_count=1,
+                                               admit=within(QUOTA_ROWS, "key-a"))
     assert job.request_bytes == charged[0].bytes and record.job_id == job.id
     assert quota.owner_backlog(db, "key-a").bytes == job.request_bytes
 

@@ -11,23 +11,24 @@ import sqlalchemy as sa
 from alembic import command
 
 from decide.migrations.apply import alembic_config, upgrade
-from decide.store import taught
 from decide.store.db import make_engine
+from decide.teach import records as taught_records
 
 QUESTION = {"type": "noul", "instructions": "?"}
 EXAMPLES = [{"state": "s", "answer": "yes"}]
 
 
 def create(db, owner="key-a", key="k"):
-    record, _ = taught.create_taught(db, owner=owner, model="m", match_key=key,
-                                     question=QUESTION, examples=EXAMPLES, from_labels=False,
-                                     rows=1, input_tokens=1, example_count=1)
+    record, _ = taught_records.create_taught(db, owner=owner, model="m", match_key=key,
+                                             question=QUESTION, examples=EXAMPLES,
+                                             from_labels=False, rows=1, input_tokens=1,
+                                             example_count=1)
     return record
 
 
 def ready(db, record, used=True):
-    taught.finish_fit(db, record.id, readout={}, fit={"gate": {"used": used}},
-                      model_identity="sha256:x", error=None)
+    taught_records.finish_fit(db, record.id, readout={}, fit={"gate": {"used": used}},
+                              model_identity="sha256:x", error=None)
 
 
 def test_versions_count_per_owner_and_question_even_when_teachings_race(db):
@@ -45,18 +46,18 @@ def test_versions_count_per_owner_and_question_even_when_teachings_race(db):
 
 def test_the_newest_ready_version_answers_if_it_is_used(db):
     first, second, third = create(db), create(db), create(db)
-    assert taught.answering(db, owner="key-a", match_keys=["k"]) == {}
+    assert taught_records.answering(db, owner="key-a", match_keys=["k"]) == {}
     ready(db, first)
-    assert taught.answering(db, owner="key-a", match_keys=["k"])["k"][0] == first.id
+    assert taught_records.answering(db, owner="key-a", match_keys=["k"])["k"][0] == first.id
     ready(db, third)  # second still fitting: the newest ready one answers
-    assert taught.answering(db, owner="key-a", match_keys=["k"])["k"][0] == third.id
-    assert taught.superseded_by(db, first).id == third.id
+    assert taught_records.answering(db, owner="key-a", match_keys=["k"])["k"][0] == third.id
+    assert taught_records.superseded_by(db, first).id == third.id
     ready(db, second, used=False)  # an older version ending changes nothing
-    assert taught.answering(db, owner="key-a", match_keys=["k"])["k"][0] == third.id
+    assert taught_records.answering(db, owner="key-a", match_keys=["k"])["k"][0] == third.id
     fourth = create(db)
     ready(db, fourth, used=False)  # the newest ready one unused: zero-shot
-    assert taught.answering(db, owner="key-a", match_keys=["k"]) == {}
-    assert taught.answering_ids(db, [first, second, third, fourth]) == set()
+    assert taught_records.answering(db, owner="key-a", match_keys=["k"]) == {}
+    assert taught_records.answering_ids(db, [first, second, third, fourth]) == set()
 
 
 def test_the_migration_numbers_the_rows_made_before_it(postgres_url, tmp_path):

@@ -10,11 +10,12 @@ import time
 
 import pytest
 
-from decide.core.webhook_urls import WebhookPolicy
-from decide.store import batches, job_claims, jobs, outbox, submission, webhooks
+from decide.store import batches, job_claims, jobs, submission
 from decide.transport.name_lookup import LOOKUPS_WAITING
-from decide.worker.webhook_send import Sender
-from decide.worker.webhooks import Backoff, WebhookDelivery
+from decide.webhooks import endpoints, outbox
+from decide.webhooks.delivery import Backoff, WebhookDelivery
+from decide.webhooks.send import Sender
+from decide.webhooks.urls import WebhookPolicy
 from tests.support.waits import wait_until
 from tests.support.webhook_receiver import Receiver
 
@@ -45,8 +46,8 @@ def finished_job(db, owner="alice", status=jobs.SUCCEEDED, **extra):
 
 
 def test_a_finished_job_reaches_its_endpoint_signed_with_the_endpoint_secret(db, receiver):
-    endpoint = webhooks.add_endpoint(db, owner="alice", url=receiver.url,
-                                     events=[webhooks.JOB_FINISHED])
+    endpoint = endpoints.add_endpoint(db, owner="alice", url=receiver.url,
+                                      events=[endpoints.JOB_FINISHED])
     receiver.trust(endpoint.secret)
     job = finished_job(db)
     assert loop(db).round() == 1
@@ -63,8 +64,8 @@ def test_a_finished_job_reaches_its_endpoint_signed_with_the_endpoint_secret(db,
 
 
 def test_a_job_url_is_signed_with_the_key_signing_secret(db, receiver):
-    webhooks.ensure_signing_secret(db, "alice")
-    secret = webhooks.show_signing_secret(db, "alice")
+    endpoints.ensure_signing_secret(db, "alice")
+    secret = endpoints.show_signing_secret(db, "alice")
     receiver.trust(secret)
     job = finished_job(db, status=jobs.FAILED, webhook_url=receiver.url + "?job=1")
     loop(db).round()
@@ -74,8 +75,8 @@ def test_a_job_url_is_signed_with_the_key_signing_secret(db, receiver):
 
 
 def test_a_receiver_down_then_up_gets_every_event_once(db, receiver):
-    endpoint = webhooks.add_endpoint(db, owner="alice", url=receiver.url,
-                                     events=list(webhooks.EVENT_TYPES))
+    endpoint = endpoints.add_endpoint(db, owner="alice", url=receiver.url,
+                                      events=list(endpoints.EVENT_TYPES))
     receiver.trust(endpoint.secret)
     receiver.down()
     job_ids = [finished_job(db).id for _ in range(5)]
@@ -110,8 +111,8 @@ def test_a_receiver_down_then_up_gets_every_event_once(db, receiver):
 
 
 def test_a_name_resolving_to_loopback_is_refused_at_delivery(db, receiver):
-    endpoint = webhooks.add_endpoint(db, owner="alice", url="http://hooks.example/x",
-                                     events=[webhooks.JOB_FINISHED])
+    endpoint = endpoints.add_endpoint(db, owner="alice", url="http://hooks.example/x",
+                                      events=[endpoints.JOB_FINISHED])
     job = finished_job(db)
     loop(db, policy=WebhookPolicy(), resolve=lambda host, port: ["127.0.0.1"]).round()
     (event,) = outbox.events_of(db, job.id)
@@ -123,17 +124,17 @@ def test_a_name_resolving_to_loopback_is_refused_at_delivery(db, receiver):
 
 
 def test_an_event_out_of_time_ends_failed_and_a_deleted_endpoint_fails_its_events(db, receiver):
-    kept = webhooks.add_endpoint(db, owner="alice", url=receiver.url,
-                                 events=[webhooks.JOB_FINISHED])
+    kept = endpoints.add_endpoint(db, owner="alice", url=receiver.url,
+                                  events=[endpoints.JOB_FINISHED])
     receiver.trust(kept.secret)
-    gone = webhooks.add_endpoint(db, owner="alice", url=receiver.url,
-                                 events=[webhooks.JOB_FINISHED])
+    gone = endpoints.add_endpoint(db, owner="alice", url=receiver.url,
+                                  events=[endpoints.JOB_FINISHED])
     receiver.answer = 500
     # built first, and a second to give up in: the event's age counts from its creation, so
     # a slow first round must still leave time for a second try
     delivery = loop(db, give_up=1.0)
     job = finished_job(db)
-    webhooks.delete_endpoint(db, gone.id, "alice")
+    endpoints.delete_endpoint(db, gone.id, "alice")
     wait_until(lambda: delivery.round() == 0 and all(
         event.status == outbox.FAILED for event in outbox.events_of(db, job.id)),
         what=lambda: f"{outbox.events_of(db, job.id)}")
@@ -144,8 +145,8 @@ def test_an_event_out_of_time_ends_failed_and_a_deleted_endpoint_fails_its_event
 
 
 def test_two_loops_share_the_outbox_and_send_each_event_once(db, receiver):
-    endpoint = webhooks.add_endpoint(db, owner="alice", url=receiver.url,
-                                     events=[webhooks.JOB_FINISHED])
+    endpoint = endpoints.add_endpoint(db, owner="alice", url=receiver.url,
+                                      events=[endpoints.JOB_FINISHED])
     receiver.trust(endpoint.secret)
     for _ in range(20):
         finished_job(db)
@@ -165,7 +166,7 @@ def test_two_loops_share_the_outbox_and_send_each_event_once(db, receiver):
 def test_a_name_is_sent_to_the_address_it_was_checked_at(receiver):
     """The try connects to the address the check resolved (no second lookup to rebind), and
     the receiver still sees its own name in Host."""
-    secret = webhooks.new_secret()
+    secret = endpoints.new_secret()
     receiver.trust(secret)
     sender = Sender(LOOPBACK, 2.0, resolve=lambda host, port: ["127.0.0.1"])
     url = f"http://hooks.test:{receiver.port}/hooks?x=1"
@@ -225,7 +226,7 @@ def test_a_slow_receiver_holds_a_try_no_longer_than_its_timeout(mode):
     sender = Sender(LOOPBACK, timeout)
     try:
         started = time.monotonic()
-        sent = sender.send(f"http://127.0.0.1:{trickler.port}/hooks", webhooks.new_secret(),
+        sent = sender.send(f"http://127.0.0.1:{trickler.port}/hooks", endpoints.new_secret(),
                            "msg_1", '{"type": "job.finished", "data": {}}')
         took = time.monotonic() - started
     finally:
@@ -254,7 +255,7 @@ def test_a_resolver_that_never_answers_fails_the_try_at_its_deadline():
     sender = Sender(LOOPBACK, 1.0, resolve=hanging)
     try:
         started = time.monotonic()
-        sent = sender.send("http://hooks.example/in", webhooks.new_secret(), "msg_1", "{}")
+        sent = sender.send("http://hooks.example/in", endpoints.new_secret(), "msg_1", "{}")
         took = time.monotonic() - started
     finally:
         release.set()
@@ -277,7 +278,7 @@ def test_lookups_left_waiting_on_a_dead_resolver_are_bounded():
 
     sender = Sender(LOOPBACK, 0.05, resolve=hanging)
     try:
-        errors = [sender.send("http://hooks.example/in", webhooks.new_secret(), f"msg_{n}",
+        errors = [sender.send("http://hooks.example/in", endpoints.new_secret(), f"msg_{n}",
                               "{}").outcome.error for n in range(LOOKUPS_WAITING + 1)]
         waiting = [t for t in threading.enumerate() if t.name == "name-lookup"]
     finally:
@@ -288,7 +289,7 @@ def test_lookups_left_waiting_on_a_dead_resolver_are_bounded():
                           "waiting on the resolver")
     assert len(waiting) >= LOOKUPS_WAITING
     wait_until(lambda: not any(t.name == "name-lookup" for t in threading.enumerate()))
-    after = sender.send("http://hooks.example/in", webhooks.new_secret(), "msg_x", "{}")
+    after = sender.send("http://hooks.example/in", endpoints.new_secret(), "msg_x", "{}")
     sender.close()
     assert after.outcome.error == "cannot resolve the host: the resolver gave up"
 
@@ -303,7 +304,7 @@ def test_a_try_that_fails_in_an_unforeseen_way_is_recorded_as_a_failed_try():
 
     sender._client.stream = broken  # type: ignore[method-assign]
     try:
-        sent = sender.send("http://hooks.example/in", webhooks.new_secret(), "msg_1", "{}")
+        sent = sender.send("http://hooks.example/in", endpoints.new_secret(), "msg_1", "{}")
     finally:
         sender.close()
     assert sent.outcome.status_code is None and not sent.final
@@ -318,8 +319,8 @@ def test_no_connection_is_kept_alive_for_another_host_at_the_same_address():
 
 
 def test_a_failed_try_logs_the_urls_origin_not_its_token(db, receiver, caplog):
-    webhooks.ensure_signing_secret(db, "alice")
-    secret = webhooks.show_signing_secret(db, "alice")
+    endpoints.ensure_signing_secret(db, "alice")
+    secret = endpoints.show_signing_secret(db, "alice")
     receiver.trust(secret)
     receiver.answer = 503
     finished_job(db, webhook_url=receiver.url + "?token=s3cr3t-t0ken")
@@ -340,7 +341,7 @@ def test_a_job_url_whose_key_has_no_secret_waits_for_one(db, receiver, caplog):
     (event,) = outbox.events_of(db, job.id)
     assert event.status == outbox.PENDING
     assert "no signing secret (POST /v1/webhooks/secret)" in caplog.text
-    receiver.trust(webhooks.rotate_signing_secret(db, "alice"))
+    receiver.trust(endpoints.rotate_signing_secret(db, "alice"))
     wait_until(lambda: delivery.round() >= 0 and len(receiver.unique()) == 1)
     (event,) = outbox.events_of(db, job.id)
     assert event.status == outbox.DELIVERED and receiver.ids() == [event.id]
@@ -377,12 +378,12 @@ def test_a_key_whose_receivers_hang_never_holds_another_keys_event(db, receiver)
     and bob never has more than half the senders."""
     hanging = Hanging()
     for number in range(16):
-        webhooks.add_endpoint(db, owner="bob", url=f"http://127.0.0.1:{hanging.port}/b{number}",
-                              events=[webhooks.JOB_FINISHED])
+        endpoints.add_endpoint(db, owner="bob", url=f"http://127.0.0.1:{hanging.port}/b{number}",
+                               events=[endpoints.JOB_FINISHED])
     for _ in range(3):
         finished_job(db, owner="bob")
-    endpoint = webhooks.add_endpoint(db, owner="alice", url=receiver.url,
-                                     events=[webhooks.JOB_FINISHED])
+    endpoint = endpoints.add_endpoint(db, owner="alice", url=receiver.url,
+                                      events=[endpoints.JOB_FINISHED])
     receiver.trust(endpoint.secret)
     delivery = loop(db)
     delivery.start()
@@ -406,10 +407,10 @@ def test_a_key_whose_receivers_hang_never_holds_another_keys_event(db, receiver)
 def test_due_events_take_keys_in_turn(db):
     """Read key by key: every key's longest due first, however many one key has."""
     for _ in range(5):
-        webhooks.add_endpoint(db, owner="bob", url="http://hooks.example/b",
-                              events=[webhooks.JOB_FINISHED])
-    webhooks.add_endpoint(db, owner="alice", url="http://hooks.example/a",
-                          events=[webhooks.JOB_FINISHED])
+        endpoints.add_endpoint(db, owner="bob", url="http://hooks.example/b",
+                               events=[endpoints.JOB_FINISHED])
+    endpoints.add_endpoint(db, owner="alice", url="http://hooks.example/a",
+                           events=[endpoints.JOB_FINISHED])
     for _ in range(2):
         finished_job(db, owner="bob")
     finished_job(db, owner="alice")

@@ -78,7 +78,7 @@ def unlisted_modules(readme: str) -> list[str]:
 
 PACKAGE_FOLDERS = ("decide/core", "decide/client", "decide/cli", "config", "llm", "teach",
                    "transport", "metrics", "store", "api", "api/routes", "worker", "runner",
-                   "launch", "quality", "migrations")
+                   "launch", "quality", "webhooks", "migrations")
 
 
 def test_the_readme_layout_names_every_module():

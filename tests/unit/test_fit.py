@@ -123,9 +123,9 @@ def test_a_model_whose_hidden_state_cannot_be_read_cannot_be_taught(tmp_path):
     """``POST /v1/questions`` checks the model first: a 422 at ``model``, naming why."""
     from types import SimpleNamespace
 
-    from decide.api.taught import check_readable
     from decide.core.errors import InvalidRequest
     from decide.llm.catalog import ModelConfig
+    from decide.teach.answering import check_readable
 
     path = tmp_path / "headless.gguf"
     write_gguf(path, {"blk.0.attn_q.weight": np.zeros((4, 4), dtype=np.float32)})

@@ -45,8 +45,15 @@ def test_the_tree_keeps_every_contract(tmp_path):
     ("decide/metrics/__init__.py", "import sqlalchemy", "SQLAlchemy"),
     ("decide/worker/embedded.py", "from decide.runner import probe", "only through its client"),
     ("decide/runner/probe.py", "import llama_cpp", "llama_cpp"),
+    ("decide/teach/regression.py", "from decide.store import db", "fitting maths"),
+    ("decide/teach/records.py", "from decide.teach import doors", "Teaching's room in layers"),
+    ("decide/webhooks/outbox.py", "from decide.api import errors", "stand below the front door"),
+    ("decide/worker/execute.py", "from decide.webhooks import delivery", "composition roots alone"),
+    ("decide/webhooks/fields.py", "from decide.worker import turns", "never reach the worker"),
 ], ids=["core→store", "core→numpy", "store→api", "api→worker", "metrics→sqlalchemy",
-        "worker→runner internals", "runner→llama_cpp"])
+        "worker→runner internals", "runner→llama_cpp", "fitting maths→store",
+        "teach records→doors", "webhook outbox→api", "worker→webhook delivery",
+        "webhook fields→worker"])
 def test_a_reversed_import_breaks_a_contract(tmp_path, module, line, contract):
     lay_out(tmp_path)
     target = tmp_path / module
@@ -65,3 +72,14 @@ def test_the_runner_contract_names_every_runner_module_but_its_client():
     modules = {f"decide.runner.{path.stem}" for path in (ROOT / "runner").glob("*.py")
                if path.stem != "__init__"}
     assert set(contract["forbidden_modules"]) == modules - {"decide.runner.client"}
+
+
+@pytest.mark.parametrize("room", ["teach", "webhooks"])
+def test_every_module_of_a_room_has_its_place_in_the_rooms_layers(room):
+    """A module added to a room stands nowhere until its layers contract places it."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contract = next(contract for contract in project["tool"]["importlinter"]["contracts"]
+                    if contract.get("containers") == [f"decide.{room}"])
+    placed = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+    modules = {path.stem for path in (ROOT / room).glob("*.py") if path.stem != "__init__"}
+    assert placed == modules

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from decide.core.webhook_urls import RefusedUrl, WebhookPolicy, check_url
-from decide.store.webhooks import new_secret
-from decide.worker.webhook_send import signed_headers
-from decide.worker.webhooks import Backoff
+from decide.webhooks.delivery import Backoff
+from decide.webhooks.endpoints import new_secret
+from decide.webhooks.send import signed_headers
+from decide.webhooks.urls import RefusedUrl, WebhookPolicy, check_url
 
 CLOSED = WebhookPolicy()
 
@@ -148,7 +148,7 @@ def test_a_finished_jobs_event_says_its_usage_as_its_view_does():
     """The ``job.finished`` payload's usage is the job's own (``JobRecord.usage``), the build
     that decoded it included; a job no runner answered has none."""
     from decide.store.jobs import JobRecord
-    from decide.worker.webhook_payloads import job_data
+    from decide.webhooks.payloads import job_data
 
     def record(result):
         return JobRecord(id="job_1", owner="o", model="m", priority="background",
@@ -177,7 +177,7 @@ def test_a_bad_allowed_network_stops_the_settings_naming_the_setting(monkeypatch
 
 
 def test_a_log_names_a_webhook_urls_origin_only():
-    from decide.worker.webhooks import origin
+    from decide.webhooks.delivery import origin
 
     assert origin("https://hooks.example.com/t/abc?token=x") == "https://hooks.example.com"
     assert origin("http://[2001:db8::1]:8080/x?k=v") == "http://[2001:db8::1]:8080"

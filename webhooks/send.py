@@ -26,9 +26,9 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from standardwebhooks.webhooks import Webhook
 
-from decide.core.webhook_urls import RefusedUrl, WebhookPolicy, check_url
-from decide.store.outbox import Try
 from decide.transport.name_lookup import lookup_slots, resolve_host, resolve_within
+from decide.webhooks.outbox import Try
+from decide.webhooks.urls import RefusedUrl, WebhookPolicy, check_url
 
 USER_AGENT = "decide-webhooks/1"
 

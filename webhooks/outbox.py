@@ -18,7 +18,7 @@ from decide.store.clock import database_now, read_database_now, statement_now
 from decide.store.ids import new_id
 from decide.store.tables import batches as batch_table
 from decide.store.tables import webhook_attempts, webhook_endpoints, webhook_events
-from decide.store.webhooks import BATCH_COMPLETED
+from decide.webhooks.endpoints import BATCH_COMPLETED
 
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 LOST = "lost"

@@ -27,12 +27,13 @@ from urllib.parse import urlsplit
 
 from decide import metrics
 from decide.config.settings import Settings
-from decide.core.webhook_urls import WebhookPolicy
-from decide.store import batches, job_reads, outbox, webhooks
+from decide.store import batches, job_reads
 from decide.store.db import Database
+from decide.webhooks import endpoints, outbox
+from decide.webhooks.payloads import batch_data, encoded, job_data
+from decide.webhooks.send import Sender
+from decide.webhooks.urls import WebhookPolicy
 from decide.worker.loop_thread import LoopThread
-from decide.worker.webhook_payloads import batch_data, encoded, job_data
-from decide.worker.webhook_send import Sender
 
 log = logging.getLogger("decide.webhooks")
 TICK_SECONDS = 0.5
@@ -205,12 +206,12 @@ class WebhookDelivery(LoopThread):
 
     def _secret(self, event: outbox.Event) -> str | None:
         if event.endpoint_id is None:
-            return webhooks.signing_secret(self._db, event.owner)
-        endpoint = webhooks.get_endpoint(self._db, event.endpoint_id)
+            return endpoints.signing_secret(self._db, event.owner)
+        endpoint = endpoints.get_endpoint(self._db, event.endpoint_id)
         return None if endpoint is None else endpoint.secret
 
     def _compose(self, event: outbox.Event) -> str:
-        if event.event_type == webhooks.BATCH_COMPLETED:
+        if event.event_type == endpoints.BATCH_COMPLETED:
             batch = batches.get_batch(self._db, event.subject_id, event.owner)
             if batch is not None:
                 return encoded(event.event_type, event.created_at,

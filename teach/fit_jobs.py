@@ -33,9 +33,9 @@ from decide.core.taught import (
     parse_taught_question,
     zero_shot_by_answer,
 )
-from decide.store import taught as taught_store
 from decide.store.db import Database
 from decide.store.jobs import JobRecord
+from decide.teach import records as taught_records
 from decide.teach.fit import Fitted, fit_readout
 
 QUESTION_ID = "q"
@@ -70,31 +70,31 @@ def run_fit(db: Database, job: JobRecord, engine: Decides,
     A fit that cannot be made ends the taught question ``failed`` (and raises ``FitFailed``);
     a runner that dies mid-fit raises through, and the job is retried like any other."""
     assert job.request is not None
-    taught_id = job.request[taught_store.TEACH_FIELD]
-    record = taught_store.get_taught(db, taught_id, with_examples=True)
+    taught_id = job.request[taught_records.TEACH_FIELD]
+    record = taught_records.get_taught(db, taught_id, with_examples=True)
     if record is None:
         raise FitFailed(f"taught question {taught_id} was deleted before it was fitted")
     try:
         return _fit(db, record, engine, before_row, use=job.request.get("use", AUTO))
     except FitFailed as failure:
-        taught_store.finish_fit(db, taught_id, readout=None, fit=None, model_identity=None,
-                                error={"error_type": "fit_failed", "message": str(failure)})
+        taught_records.finish_fit(db, taught_id, readout=None, fit=None, model_identity=None,
+                                  error={"error_type": "fit_failed", "message": str(failure)})
         raise
 
 
-def _fit(db: Database, record: taught_store.TaughtRecord, engine: Decides,
+def _fit(db: Database, record: taught_records.TaughtRecord, engine: Decides,
          before_row: Callable[[], None], *, use: str) -> tuple[dict[str, Any], int]:
     question = stored_question(record.question)
     examples = list(record.examples or [])
     if record.from_labels:
-        examples += taught_store.labelled_examples(db, owner=record.owner,
-                                                   match_key=record.match_key,
-                                                   limit=MAX_EXAMPLES)
+        examples += taught_records.labelled_examples(db, owner=record.owner,
+                                                     match_key=record.match_key,
+                                                     limit=MAX_EXAMPLES)
     fitted, figures, tokens = fit_examples(record.id, question, examples[:MAX_EXAMPLES], engine,
                                            before_row, use=use)
-    if not taught_store.finish_fit(db, record.id, readout=fitted.readout.to_json(),
-                                   fit=figures, model_identity=fitted.readout.model_identity,
-                                   error=None):
+    if not taught_records.finish_fit(db, record.id, readout=fitted.readout.to_json(),
+                                     fit=figures, model_identity=fitted.readout.model_identity,
+                                     error=None):
         raise FitFailed(f"taught question {record.id} was deleted while it was fitted")
     return {"taught_question": record.id, "fit": figures}, tokens
 
@@ -154,7 +154,7 @@ class TaughtReadouts:
         with self._lock:
             kept = self._kept.get((taught_id, owner))
         if kept is None or now - kept[0] > READOUT_CACHE_SECONDS:
-            found = taught_store.readout_of(self._db, taught_id, owner)
+            found = taught_records.readout_of(self._db, taught_id, owner)
             value = None if found is None else (found[0],
                                                 TaughtReadout.from_json(taught_id, found[1]))
             kept = (now, value)

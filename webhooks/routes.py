@@ -18,16 +18,17 @@ from decide.api.quotas import KEY_BUSY_RETRY_SECONDS
 from decide.api.routes.deps import Context, DeliveryCursor, Owner, PageSize
 from decide.api.submit import owned_job
 from decide.api.views import timestamp
-from decide.api.webhook_fields import checked_url
 from decide.core.questions import json_kind
-from decide.store import batches, outbox, quota, webhooks
+from decide.store import batches, quota
+from decide.webhooks import endpoints, outbox
+from decide.webhooks.fields import checked_url
 
 router = APIRouter()
 MAX_ENDPOINTS = 16
 """Endpoints one key may register: each finished job is sent to every one of them."""
 
 
-def endpoint_view(endpoint: webhooks.Endpoint, *, secret: bool = False) -> dict[str, Any]:
+def endpoint_view(endpoint: endpoints.Endpoint, *, secret: bool = False) -> dict[str, Any]:
     return {"id": endpoint.id, "object": "webhook_endpoint", "url": endpoint.url,
             "events": endpoint.events, "created_at": timestamp(endpoint.created_at),
             **({"secret": endpoint.secret} if secret else {})}
@@ -35,32 +36,32 @@ def endpoint_view(endpoint: webhooks.Endpoint, *, secret: bool = False) -> dict[
 
 def _events(raw: Any) -> list[str]:
     if raw is None:
-        return list(webhooks.EVENT_TYPES)
-    allowed = ", ".join(webhooks.EVENT_TYPES)
+        return list(endpoints.EVENT_TYPES)
+    allowed = ", ".join(endpoints.EVENT_TYPES)
     if not isinstance(raw, list) or not raw:
         raise invalid("body", ["events"], f"events must be a non-empty list of event types "
                       f"({allowed}), not {json_kind(raw)}", "list_type")
     for index, name in enumerate(raw):
-        if name not in webhooks.EVENT_TYPES:
+        if name not in endpoints.EVENT_TYPES:
             raise invalid("body", ["events", index], f"events may hold only {allowed}; "
                           f"{name!r} is not one", "literal_error")
     return list(dict.fromkeys(raw))
 
 
-def _register(ctx: Context, owner: str, body: Any) -> webhooks.Endpoint:
+def _register(ctx: Context, owner: str, body: Any) -> endpoints.Endpoint:
     if not isinstance(body, dict):
         raise invalid("body", [], f"the body must be an object {{\"url\", \"events\"?}}, not "
                       f"{json_kind(body)}", "dict_type")
     url = checked_url(ctx, body.get("url"), ["url"])
     events = _events(body.get("events"))
     try:
-        return webhooks.add_endpoint(ctx.db, owner=owner, url=url, events=events,
-                                     most=MAX_ENDPOINTS)
+        return endpoints.add_endpoint(ctx.db, owner=owner, url=url, events=events,
+                                      most=MAX_ENDPOINTS)
     except quota.KeyBusy as busy:  # the key's lock is held by a large batch being stored
         raise ApiError(429, "rate_limit_error", "another submission of this API key is still "
                        f"being stored; retry after {KEY_BUSY_RETRY_SECONDS} s",
                        headers={"Retry-After": str(KEY_BUSY_RETRY_SECONDS)}) from busy
-    except webhooks.TooManyEndpoints as full:
+    except endpoints.TooManyEndpoints as full:
         raise invalid("body", ["url"], f"a key may register at most {MAX_ENDPOINTS} "
                       "endpoints; delete one first", "too_many") from full
 
@@ -77,12 +78,12 @@ async def register_endpoint(request: Request, ctx: Context, owner: Owner) -> JSO
 def list_endpoints(ctx: Context, owner: Owner) -> dict[str, Any]:
     return {"object": "list",
             "data": [endpoint_view(endpoint)
-                     for endpoint in webhooks.list_endpoints(ctx.db, owner)]}
+                     for endpoint in endpoints.list_endpoints(ctx.db, owner)]}
 
 
 @router.get("/v1/webhooks/{endpoint_id}")
 def read_endpoint(endpoint_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
-    endpoint = webhooks.get_endpoint(ctx.db, endpoint_id, owner)
+    endpoint = endpoints.get_endpoint(ctx.db, endpoint_id, owner)
     if endpoint is None:
         raise not_found(f"no webhook endpoint {endpoint_id!r}")
     return endpoint_view(endpoint)
@@ -90,7 +91,7 @@ def read_endpoint(endpoint_id: str, ctx: Context, owner: Owner) -> dict[str, Any
 
 @router.delete("/v1/webhooks/{endpoint_id}")
 def delete_endpoint(endpoint_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
-    if not webhooks.delete_endpoint(ctx.db, endpoint_id, owner):
+    if not endpoints.delete_endpoint(ctx.db, endpoint_id, owner):
         raise not_found(f"no webhook endpoint {endpoint_id!r}")
     return {"id": endpoint_id, "object": "webhook_endpoint", "deleted": True}
 
@@ -100,7 +101,7 @@ def endpoint_deliveries(endpoint_id: str, ctx: Context, owner: Owner,
                         limit: PageSize = 20,
                         after: DeliveryCursor = None) -> dict[str, Any]:
     """Every try, newest first: its event, attempt number, status code or error, time."""
-    if webhooks.get_endpoint(ctx.db, endpoint_id, owner) is None:
+    if endpoints.get_endpoint(ctx.db, endpoint_id, owner) is None:
         raise not_found(f"no webhook endpoint {endpoint_id!r}")
     return _page(outbox.deliveries(ctx.db, endpoint_id, limit=limit + 1, after=after), limit)
 
@@ -169,4 +170,4 @@ def replace_signing_secret(ctx: Context, owner: Owner) -> dict[str, Any]:
     """A new signing secret for the key's ``x_webhook`` URLs, shown this once; the old one
     signs nothing from now on."""
     return {"object": "webhook_signing_secret",
-            "secret": webhooks.rotate_signing_secret(ctx.db, owner)}
+            "secret": endpoints.rotate_signing_secret(ctx.db, owner)}

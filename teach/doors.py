@@ -1,5 +1,5 @@
 """Taught questions and labels as the front door's doors share them: the routes
-(``api.routes.questions``) and the MCP tools (``api.mcp_door``) call these, so a taught
+(``teach.routes``) and the MCP tools (``api.mcp_door``) call these, so a taught
 question or a label made either way is checked, stored, queued and shown alike."""
 
 from __future__ import annotations
@@ -14,7 +14,14 @@ from decide.api.errors import invalid, not_found
 from decide.api.intake import Intake, Stored, take_in
 from decide.api.quotas import Admission
 from decide.api.submit import check_lane, job_reader, owned_job
-from decide.api.taught import (
+from decide.api.views import timestamp
+from decide.api.waiting import wait_finished
+from decide.core.protocol import parse_request
+from decide.core.questions import json_kind
+from decide.core.taught import MAX_EXAMPLES, match_key
+from decide.store import job_reads, jobs
+from decide.teach import records as taught_records
+from decide.teach.answering import (
     check_examples,
     check_label_answers,
     check_readable,
@@ -22,21 +29,14 @@ from decide.api.taught import (
     checked_use,
     example_rows,
 )
-from decide.api.views import timestamp
-from decide.api.waiting import wait_finished
-from decide.core.protocol import parse_request
-from decide.core.questions import json_kind
-from decide.core.taught import MAX_EXAMPLES, match_key
-from decide.store import job_reads, jobs
-from decide.store import taught as taught_store
 
 PRIORITY = "background"
 """The lane of every fit."""
 
 
-def taught_view(record: taught_store.TaughtRecord, answering: bool = False) -> dict[str, Any]:
+def taught_view(record: taught_records.TaughtRecord, answering: bool = False) -> dict[str, Any]:
     """A taught question as the API shows it; ``answering``: whether it answers matching
-    questions now (``store.taught.answering``)."""
+    questions now (``teach.records.answering``)."""
     return {"id": record.id, "object": "taught_question", "status": record.status,
             "version": record.version, "answering": answering,
             "model": record.model, "question": record.question,
@@ -76,8 +76,8 @@ def checked_teaching(ctx: ApiContext, owner: str, body: Any) -> Teaching:
     question = checked_question(body.get("question"))
     from_labels, use = checked_use(body)
     key = match_key(config.name, question)
-    labelled = (taught_store.labelled_examples(ctx.db, owner=owner, match_key=key,
-                                               limit=MAX_EXAMPLES + 1) if from_labels else [])
+    labelled = (taught_records.labelled_examples(ctx.db, owner=owner, match_key=key,
+                                                 limit=MAX_EXAMPLES + 1) if from_labels else [])
     examples = check_examples(body.get("examples"), question, labelled=len(labelled),
                               labelled_answers=[label["answer"] for label in labelled],
                               from_labels=from_labels)
@@ -89,13 +89,13 @@ def checked_teaching(ctx: ApiContext, owner: str, body: Any) -> Teaching:
                     use=use, rows=rows, input_tokens=tokens)
 
 
-def teach(ctx: ApiContext, owner: str, body: Any) -> taught_store.TaughtRecord:
+def teach(ctx: ApiContext, owner: str, body: Any) -> taught_records.TaughtRecord:
     """A new taught question (its next version, where the question was taught before) and its
     fit job in the background lane, every field checked (a 422 names it)."""
     new = checked_teaching(ctx, owner, body)
 
-    def store(admission: Admission | None) -> Stored[taught_store.TaughtRecord]:
-        record, job = taught_store.create_taught(
+    def store(admission: Admission | None) -> Stored[taught_records.TaughtRecord]:
+        record, job = taught_records.create_taught(
             ctx.db, owner=owner, model=new.model, match_key=new.match_key,
             question=new.question, examples=new.examples, from_labels=new.from_labels,
             use=new.use, rows=new.rows, input_tokens=new.input_tokens,
@@ -106,8 +106,8 @@ def teach(ctx: ApiContext, owner: str, body: Any) -> taught_store.TaughtRecord:
     return record
 
 
-def owned_taught(ctx: ApiContext, taught_id: str, owner: str) -> taught_store.TaughtRecord:
-    record = taught_store.get_taught(ctx.db, taught_id, owner)
+def owned_taught(ctx: ApiContext, taught_id: str, owner: str) -> taught_records.TaughtRecord:
+    record = taught_records.get_taught(ctx.db, taught_id, owner)
     if record is None:
         raise not_found(f"no taught question {taught_id!r}")
     return record
@@ -118,10 +118,11 @@ async def read_taught(ctx: ApiContext, owner: str, taught_id: str,
     """A taught question's view; ``wait``: first hold until its fit has ended (or that many
     seconds have passed)."""
     record = await run_in_threadpool(owned_taught, ctx, taught_id, owner)
-    if wait and record.status not in (taught_store.READY, taught_store.FAILED) and record.job_id:
+    ended = (taught_records.READY, taught_records.FAILED)
+    if wait and record.status not in ended and record.job_id:
         await wait_finished(ctx, record.job_id, owner, wait)
         record = await run_in_threadpool(owned_taught, ctx, taught_id, owner)
-    answering = await run_in_threadpool(taught_store.answering_ids, ctx.db, [record])
+    answering = await run_in_threadpool(taught_records.answering_ids, ctx.db, [record])
     return taught_view(record, record.id in answering)
 
 
@@ -137,7 +138,7 @@ def label(ctx: ApiContext, owner: str, job_id: str, body: Any) -> dict[str, Any]
     request = parse_request(full, blank_state_ok=True)
     answers = check_label_answers(body.get("answers"), request.questions)
     by_id = {question.id: question for question in request.questions}
-    taught_store.save_labels(ctx.db, job_id=job_id, owner=owner, labels={
+    taught_records.save_labels(ctx.db, job_id=job_id, owner=owner, labels={
         key: (match_key(job.model, by_id[key]), answer) for key, answer in answers.items()})
     return {"job_id": job_id, "object": "labels", "answers": answers}
 
@@ -148,4 +149,4 @@ def labels_of(ctx: ApiContext, owner: str, job_id: str) -> dict[str, Any]:
     if job.kind != jobs.DECISION:
         raise not_found(f"no job {job_id!r}")
     return {"job_id": job_id, "object": "labels",
-            "answers": taught_store.job_labels_of(ctx.db, job_id=job_id, owner=job.owner)}
+            "answers": taught_records.job_labels_of(ctx.db, job_id=job_id, owner=job.owner)}

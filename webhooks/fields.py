@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 from decide.api.context import ApiContext
 from decide.api.errors import invalid
 from decide.core.questions import json_kind
-from decide.core.webhook_urls import RefusedUrl, WebhookPolicy, check_url
-from decide.store import webhooks
 from decide.transport.name_lookup import lookup_slots, resolve_host, resolve_within
+from decide.webhooks import endpoints
+from decide.webhooks.urls import RefusedUrl, WebhookPolicy, check_url
 
 T = TypeVar("T")
 
@@ -67,11 +67,11 @@ def with_signing_secret(ctx: ApiContext, owner: str, url: str | None,
     leaves the secret for the next (issue 35, item 8: a secret taken back by a refused
     submission left racing ones with a URL and no secret)."""
     if url is not None:
-        webhooks.ensure_signing_secret(ctx.db, owner)
+        endpoints.ensure_signing_secret(ctx.db, owner)
     result = submit()
     if url is None or (stored_url is not None and stored_url(result) != url):
         return result, None
-    return result, webhooks.show_signing_secret(ctx.db, owner)
+    return result, endpoints.show_signing_secret(ctx.db, owner)
 
 
 def job_url(accepted: Any) -> str | None:

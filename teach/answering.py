@@ -5,7 +5,7 @@ A question is answered by a taught question when it names one (``"x_taught": "tq
 newest ready version of its question), or, unless it says ``"x_taught": false``, when the
 caller has taught a question with the same model, type, instructions and criteria
 (``decide.core.taught.match_key``) and its newest ready version is used
-(``store.taught.answering``). The choice is made
+(``teach.records.answering``). The choice is made
 once, here, and written into the stored question, so a job is answered by the readout that
 was ready when it was accepted, wherever and whenever it is decoded.
 """
@@ -42,7 +42,7 @@ from decide.core.taught import (
 from decide.llm.catalog import gguf_path
 from decide.llm.hidden import HiddenProjection, HiddenStateUnavailable
 from decide.llm.identity import model_identity
-from decide.store import taught as taught_store
+from decide.teach import records as taught_records
 
 
 def _refuse(loc: Loc, msg: str, kind: str = "value_error") -> InvalidRequest:
@@ -58,7 +58,7 @@ def resolve_taught(ctx: ApiContext, *, owner: str, model: str,
     model, is a 422 at the question's ``x_taught``."""
     keys = {question.id: match_key(model, question) for question in questions
             if question.taught is None}
-    matches = taught_store.answering(ctx.db, owner=owner, match_keys=list(keys.values()))
+    matches = taught_records.answering(ctx.db, owner=owner, match_keys=list(keys.values()))
     resolved = canonical_questions(stored_questions)
     for question in questions:
         loc = ("questions", question.id, TAUGHT_FIELD)
@@ -87,13 +87,13 @@ def _check_named(ctx: ApiContext, owner: str, model: str, question: Question) ->
     question's type and answers; its model identity."""
     assert isinstance(question.taught, str)
     loc = ("questions", question.id, TAUGHT_FIELD)
-    record = taught_store.get_taught(ctx.db, question.taught, owner)
+    record = taught_records.get_taught(ctx.db, question.taught, owner)
     if record is None:
         raise _refuse(loc, f"no taught question {question.taught!r}", "not_found")
-    if record.status != taught_store.READY:
+    if record.status != taught_records.READY:
         raise _refuse(loc, f"taught question {question.taught} is {record.status}, not ready; "
                            "wait for it (GET /v1/questions/{id}?wait=30)")
-    newer = taught_store.superseded_by(ctx.db, record)
+    newer = taught_records.superseded_by(ctx.db, record)
     if newer is not None:
         raise superseded(loc, question.taught, record.version, newer.id, newer.version)
     if record.model != model:

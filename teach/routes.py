@@ -12,13 +12,13 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from decide.api import teaching
 from decide.api.body import read_json
 from decide.api.context import ApiContext
 from decide.api.errors import not_found
 from decide.api.routes.deps import Context, Owner, PageSize
 from decide.core.protocol import MAX_WAIT_SECONDS
-from decide.store import taught as taught_store
+from decide.teach import doors
+from decide.teach import records as taught_records
 
 router = APIRouter()
 
@@ -26,8 +26,8 @@ router = APIRouter()
 @router.post("/v1/questions", status_code=202)
 async def teach(request: Request, ctx: Context, owner: Owner) -> JSONResponse:
     body = await read_json(request)
-    record = await run_in_threadpool(teaching.teach, ctx, owner, body)
-    return JSONResponse(teaching.taught_view(record), status_code=202,
+    record = await run_in_threadpool(doors.teach, ctx, owner, body)
+    return JSONResponse(doors.taught_view(record), status_code=202,
                         headers={"Location": f"/v1/questions/{record.id}"})
 
 
@@ -36,7 +36,7 @@ async def check_teaching(request: Request, ctx: Context, owner: Owner) -> dict[s
     """Every check of ``POST /v1/questions``, nothing stored nor queued (the key's quotas
     aside): 200 where it would be accepted, the same 422 where not."""
     body = await read_json(request)
-    new = await run_in_threadpool(teaching.checked_teaching, ctx, owner, body)
+    new = await run_in_threadpool(doors.checked_teaching, ctx, owner, body)
     return {"object": "taught_question_check", "valid": True, "model": new.model,
             "examples": len(new.examples) + new.labelled, "rows": new.rows,
             "input_tokens": new.input_tokens}
@@ -46,17 +46,17 @@ async def check_teaching(request: Request, ctx: Context, owner: Owner) -> dict[s
 async def read_taught(taught_id: str, ctx: Context, owner: Owner,
                       wait: Annotated[float | None, Query(ge=0, le=MAX_WAIT_SECONDS)] = None
                       ) -> dict[str, Any]:
-    return await teaching.read_taught(ctx, owner, taught_id, wait)
+    return await doors.read_taught(ctx, owner, taught_id, wait)
 
 
 def _page(ctx: ApiContext, owner: str, limit: int, after: str | None,
           match_key: str | None = None) -> dict[str, Any]:
-    page = taught_store.list_taught(ctx.db, owner=owner, limit=limit + 1, after=after,
-                                    match_key=match_key)
+    page = taught_records.list_taught(ctx.db, owner=owner, limit=limit + 1, after=after,
+                                      match_key=match_key)
     more = len(page) > limit
     page = page[:limit]
-    answering = taught_store.answering_ids(ctx.db, page)
-    return {"object": "list", "data": [teaching.taught_view(record, record.id in answering)
+    answering = taught_records.answering_ids(ctx.db, page)
+    return {"object": "list", "data": [doors.taught_view(record, record.id in answering)
                                        for record in page],
             "has_more": more, "after": page[-1].id if more else None}
 
@@ -75,14 +75,14 @@ async def list_versions(taught_id: str, ctx: Context, owner: Owner,
                         after: Annotated[str | None, Query()] = None) -> dict[str, Any]:
     """Every version of a taught question's question, newest first; one of them at most has
     ``answering`` true."""
-    record = await run_in_threadpool(teaching.owned_taught, ctx, taught_id, owner)
+    record = await run_in_threadpool(doors.owned_taught, ctx, taught_id, owner)
     return await run_in_threadpool(_page, ctx, owner, limit, after, record.match_key)
 
 
 EXPORT_PAGE = 500
 
 
-def _export_lines(ctx: ApiContext, record: taught_store.TaughtRecord) -> Iterator[str]:
+def _export_lines(ctx: ApiContext, record: taught_records.TaughtRecord) -> Iterator[str]:
     """The version's own examples, then every label recorded for its question (the labels a
     ``from_labels`` fit reads), one JSON object a line, in the shape ``decide teach`` reads."""
     def line(item: dict[str, Any]) -> str:
@@ -92,8 +92,8 @@ def _export_lines(ctx: ApiContext, record: taught_store.TaughtRecord) -> Iterato
         yield line({**example, "source": "example"})
     after: tuple[str, str] | None = None
     while True:
-        page = taught_store.labels_page(ctx.db, owner=record.owner, match_key=record.match_key,
-                                        after=after, limit=EXPORT_PAGE)
+        page = taught_records.labels_page(ctx.db, owner=record.owner, match_key=record.match_key,
+                                          after=after, limit=EXPORT_PAGE)
         for label in page:
             yield line({"state": label["state"], "answer": label["answer"], "source": "label",
                         "job_id": label["job_id"], "question_key": label["question_key"]})
@@ -106,7 +106,7 @@ def _export_lines(ctx: ApiContext, record: taught_store.TaughtRecord) -> Iterato
 async def export_examples(taught_id: str, ctx: Context, owner: Owner) -> StreamingResponse:
     """A taught question's examples and its question's labels as JSONL
     (``{"state", "question", "answer", "source"}`` a line; ``decide teach`` reads it back)."""
-    record = await run_in_threadpool(taught_store.get_taught, ctx.db, taught_id, owner,
+    record = await run_in_threadpool(taught_records.get_taught, ctx.db, taught_id, owner,
                                      with_examples=True)
     if record is None:
         raise not_found(f"no taught question {taught_id!r}")
@@ -117,7 +117,7 @@ async def export_examples(taught_id: str, ctx: Context, owner: Owner) -> Streami
 
 @router.delete("/v1/questions/{taught_id}")
 async def delete_taught(taught_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
-    deleted = await run_in_threadpool(taught_store.delete_taught, ctx.db, taught_id, owner)
+    deleted = await run_in_threadpool(taught_records.delete_taught, ctx.db, taught_id, owner)
     if deleted is None:
         raise not_found(f"no taught question {taught_id!r}")
     if deleted.fit == "stopping":  # its worker stops it before its next example or model fit
@@ -131,11 +131,11 @@ async def delete_taught(taught_id: str, ctx: Context, owner: Owner) -> dict[str,
 @router.post("/v1/jobs/{job_id}/labels")
 async def label_job(job_id: str, request: Request, ctx: Context, owner: Owner) -> dict[str, Any]:
     body = await read_json(request)
-    return await run_in_threadpool(teaching.label, ctx, owner, job_id, body)
+    return await run_in_threadpool(doors.label, ctx, owner, job_id, body)
 
 
 
 @router.get("/v1/jobs/{job_id}/labels")
 async def read_labels(job_id: str, ctx: Context, owner: Owner) -> dict[str, Any]:
     """The right answers recorded for a past decision (``{}`` where none is)."""
-    return await run_in_threadpool(teaching.labels_of, ctx, owner, job_id)
+    return await run_in_threadpool(doors.labels_of, ctx, owner, job_id)
