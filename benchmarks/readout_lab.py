@@ -1,10 +1,12 @@
 """Taught readouts compared offline, on the hidden states the model gives each item once: the
-project's own set (train: quality/calibration.jsonl, test: quality/decisions.jsonl) or the
-second set (quality/second/*.jsonl, each item marked train or test).
+project's own set (train: quality/calibration.jsonl, test: quality/decisions.jsonl), the
+second set (quality/second/*.jsonl, each item marked train or test) or the third
+(quality/third/*.jsonl, its split drawn at random by benchmarks/split_set.py before any readout
+read it).
 
 Run on demand (not a test):
 
-    .venv/bin/python benchmarks/readout_lab.py [--set project|second] [--sizes 5 10 20 40]
+    .venv/bin/python benchmarks/readout_lab.py [--set project|second|third] [--sizes 5 10 20 40]
 
 Every item is decoded once in-process (the engine the service uses, its hidden state at the
 answer slot reported) and kept in ~/.cache/decide/readout_lab/ by model file and item text.
@@ -64,7 +66,8 @@ from decide.teach import regression
 
 CACHE = Path.home() / ".cache" / "decide" / "readout_lab"
 SETS = {"project": (ROOT / "quality" / "calibration.jsonl", ROOT / "quality" / "decisions.jsonl"),
-        "second": (ROOT / "quality" / "second", None)}
+        "second": (ROOT / "quality" / "second", None),
+        "third": (ROOT / "quality" / "third", None)}
 
 
 def items_of(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

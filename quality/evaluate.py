@@ -77,8 +77,19 @@ def gold_index(item: dict[str, Any]) -> int:
     if question["type"] == "choice":
         return options_of(question).index(gold)
     if question["type"] == "noul":
-        return int(bool(gold))
+        return noul_gold(gold)
     return int(gold)
+
+
+def noul_gold(gold: Any) -> int:
+    """A noul item's gold as its option's index: ``true`` or ``"yes"`` is 1, ``false`` or
+    ``"no"`` is 0 (the two spellings labelled sets use); anything else is refused, so ``"no"``
+    is never read as a truthy string."""
+    if gold is True or gold == "yes":
+        return 1
+    if gold is False or gold == "no":
+        return 0
+    raise ValueError(f"a noul gold is true, false, \"yes\" or \"no\", not {gold!r}")
 
 
 def probabilities_of(answer: dict[str, Any], options: list[str]) -> tuple[float, ...]:

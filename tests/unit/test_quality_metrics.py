@@ -58,6 +58,11 @@ def test_items_map_to_options_and_gold():
     noul = {"type": "noul", "instructions": "?"}
     assert options_of(noul) == ["no", "yes"]
     assert gold_index({"question": noul, "gold": True}) == 1
+    assert [gold_index({"question": noul, "gold": gold}) for gold in (False, "no", "yes")] == \
+        [0, 0, 1]
+    for wrong in ("maybe", 1, 0, None, "No"):
+        with pytest.raises(ValueError, match="a noul gold is true, false"):
+            gold_index({"question": noul, "gold": wrong})
     assert probabilities_of({"type": "noul", "noul": 0.8}, ["no", "yes"]) == \
         pytest.approx((0.2, 0.8))
     score = {"type": "score", "instructions": "?", "criteria": ["a", "b", "c"]}
