@@ -291,6 +291,8 @@ def main() -> None:
                         help="the hidden readout's penalties tried (default: the service's)")
     parser.add_argument("--gate-standard-errors", type=float,
                         help="the gate's margin in standard errors (default: the service's)")
+    parser.add_argument("--nested-gate", action="store_true",
+                        help="the gate reads nested cross-validation (fit.GATE_READS_NESTED)")
     parser.add_argument("--resplit", type=int, metavar="DRAWS",
                         help="the second set: each task's test items drawn DRAWS times, the "
                              "first size taught and the rest answered (in one pool)")
@@ -302,6 +304,7 @@ def main() -> None:
         fit_module.GATE_STANDARD_ERRORS = args.gate_standard_errors
     if args.penalties:
         regression.PENALTIES = tuple(args.penalties)
+    fit_module.GATE_READS_NESTED = args.nested_gate
     train, test = items_of(args.set)
     train_rows, test_rows = decoded(train), decoded(test)
     if args.fold_check:
@@ -331,8 +334,9 @@ def main() -> None:
                  if args.penalties else "")
     gate = (f" --gate-standard-errors {args.gate_standard_errors:g}"
             if args.gate_standard_errors is not None else "")
+    nested = " --nested-gate" if args.nested_gate else ""
     print(f"command: .venv/bin/python benchmarks/readout_lab.py --set {args.set} --sizes "
-          f"{' '.join(map(str, args.sizes))}{penalties}{gate}")
+          f"{' '.join(map(str, args.sizes))}{penalties}{gate}{nested}")
 
 
 if __name__ == "__main__":

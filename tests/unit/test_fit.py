@@ -246,3 +246,21 @@ def test_the_fit_on_all_examples_keeps_the_prior_the_folds_chose():
     assert for_all(10.0, np.array([0, 1] * 20)) == pytest.approx(8.0)
     assert for_all(9.0, np.array([0, 1, 0])) == pytest.approx(6.0)
     assert for_all(5.0, np.array([1])) == 5.0
+
+
+def test_nested_cross_validation_sees_the_optimism_of_a_choice_among_many_ways(monkeypatch):
+    """On noise (answers drawn apart from the features), the choice among readouts and
+    penalties finds a log-loss below chance on its own folds; the nested one, chosen again
+    without each fold, does not; the gate reads it where ``GATE_READS_NESTED`` says so."""
+    generator = np.random.default_rng(7)
+    y = np.array([0, 1] * 6)
+    vectors = {name: generator.normal(size=(12, 24)) for name in ("hidden", "middle", "slot")}
+    chosen = fit._choose(vectors, y, 2, ("softmax",), None)[2]
+    nested = fit.honest_out_of_fold(vectors, y, 2, ("softmax",), None)
+    assert np.allclose(nested.sum(axis=1), 1.0)
+    assert regression.log_loss(chosen.out_of_fold, y) < regression.log_loss(nested, y)
+    monkeypatch.setattr(fit, "GATE_READS_NESTED", True)
+    found = fit_readout("tq", vectors["hidden"], y, ["no", "yes"], ordinal=False,
+                        middle=vectors["middle"], slot=vectors["slot"])
+    assert found.figures["taught"]["log_loss"] > found.figures["reads_log_loss"][
+        found.figures["reads"]]
