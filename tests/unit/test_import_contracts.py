@@ -60,6 +60,11 @@ REVERSED = {
                            "decide.api.auth", "stand below the front door"),
     "worker→webhook delivery": ("decide/worker/execute.py", "from decide.webhooks import delivery",
                                 "decide.webhooks.delivery", "composition roots alone"),
+    "core→webhook urls": ("decide/core/render.py", "from decide.webhooks import urls",
+                          "decide.webhooks.urls", "standard library and itself"),
+    "webhook endpoints→transport": ("decide/webhooks/endpoints.py",
+                                    "from decide.transport import lanes",
+                                    "decide.transport.lanes", "records stand on the store"),
     "webhook fields→worker": ("decide/webhooks/fields.py", "from decide.worker import turns",
                               "decide.worker.turns", "never reach the worker"),
 }
