@@ -35,21 +35,12 @@ def check(train_rows, test_rows, size: int) -> None:
     for key, rows in by_question.items():
         chosen = first_per_answer([{**row, "answer": row["y"]} for row in rows], size)
         tests = [row for row in test_rows if row["key"] == key]
-        keys = rows[0]["keys"]
-        found = fit_module.fit_readout(
-            "tq_gate", np.array([row["hidden"] for row in chosen]), [row["y"] for row in chosen],
-            keys, ordinal=rows[0]["ordinal"],
-            zero_shot=np.array([row["zero_shot"] for row in chosen]),
-            states=[row["state"] for row in chosen],
-            middle=np.array([row["middle"] for row in chosen]),
-            slot=np.array([row["slot"] for row in chosen]))
-        gate, readout = found.figures["gate"], found.readout
-        taught = np.array([readout.answer_probabilities(
-            row["hidden"], dict(zip(keys, row["zero_shot"])), row["state"],
-            middle=row["middle"], slot=row["slot"]) for row in tests])
+        found = lab.fit_rows(chosen)
+        gate = found.figures["gate"]
+        taught = lab.predicted(found.readout, tests)
         zero = np.array([row["zero_shot"] for row in tests])
         y = np.array([row["y"] for row in tests])
-        print(f"{size:<5} {tests[0]['domain']:<20} {gate['used']!s:<6} {readout.reads:<13} "
+        print(f"{size:<5} {tests[0]['domain']:<20} {gate['used']!s:<6} {found.readout.reads:<13} "
               f"{gate['taught_log_loss']:<8.3f} {gate['zero_shot_log_loss']:<8.3f} "
               f"{gate['margin']:<7.3f} {regression.log_loss(taught, y):<8.3f} "
               f"{regression.log_loss(zero, y):<8.3f} {(taught.argmax(1) == y).mean():<5.2f} "

@@ -121,29 +121,36 @@ def decoded(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def fitted(train: list[dict[str, Any]], k: int, ordinal: bool, *, with_states: bool,
-           with_middle: bool = False):
-    """The service's fit on ``train``: (its gate passed, predict(rows)); ``with_middle``: the
-    middle layer's readout among its choices (the service's since issue 34's layers)."""
-    keys = train[0]["keys"]
-    result = fit_module.fit_readout(
+def fit_rows(train: list[dict[str, Any]], *, with_states: bool = True,
+             with_middle: bool = True) -> fit_module.Fitted:
+    """The service's fit on ``train`` (decoded rows of one question): the hidden state, and
+    with ``with_states`` the words, with ``with_middle`` the middle layer's readouts among its
+    choices (the service's since issue 34's layers)."""
+    return fit_module.fit_readout(
         "tq_lab", np.array([row["hidden"] for row in train]), [row["y"] for row in train],
-        keys, ordinal=ordinal, zero_shot=np.array([row["zero_shot"] for row in train]),
+        train[0]["keys"], ordinal=train[0]["ordinal"],
+        zero_shot=np.array([row["zero_shot"] for row in train]),
         states=[row["state"] for row in train] if with_states else None,
         middle=np.array([row["middle"] for row in train]) if with_middle else None,
         slot=np.array([row["slot"] for row in train]) if with_middle else None)
-    readout = result.readout
+
+
+def predicted(readout: Any, rows: list[dict[str, Any]]) -> np.ndarray:
+    """What a taught readout answers each decoded row, as the runner reads it."""
+    return np.array([readout.answer_probabilities(row["hidden"],
+                                                  dict(zip(row["keys"], row["zero_shot"])),
+                                                  row["state"], middle=row["middle"],
+                                                  slot=row["slot"])
+                     for row in rows])
+
+
+def fitted(train: list[dict[str, Any]], k: int, ordinal: bool, *, with_states: bool,
+           with_middle: bool = False):
+    """The service's fit on ``train``: (its gate passed, predict(rows))."""
+    result = fit_rows(train, with_states=with_states, with_middle=with_middle)
     if with_middle:
-        READS[readout.reads] += 1
-
-    def predict(rows: list[dict[str, Any]]) -> np.ndarray:
-        return np.array([readout.answer_probabilities(row["hidden"],
-                                                      dict(zip(keys, row["zero_shot"])),
-                                                      row["state"], middle=row["middle"],
-                                                      slot=row["slot"])
-                         for row in rows])
-
-    return result.figures["gate"]["used"], predict
+        READS[result.readout.reads] += 1
+    return result.figures["gate"]["used"], lambda rows: predicted(result.readout, rows)
 
 
 READS: dict[str, int] = defaultdict(int)
