@@ -67,7 +67,8 @@ from decide.teach import regression
 CACHE = Path.home() / ".cache" / "decide" / "readout_lab"
 SETS = {"project": (ROOT / "quality" / "calibration.jsonl", ROOT / "quality" / "decisions.jsonl"),
         "second": (ROOT / "quality" / "second", None),
-        "third": (ROOT / "quality" / "third", None)}
+        "third": (ROOT / "quality" / "third", None),
+        "fourth": (ROOT / "quality" / "fourth", None)}
 
 
 def items_of(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -1,6 +1,7 @@
-"""The held-out sets of issue 34 (quality/second, quality/third) are what EVALUATION.md says
-they are: every item a valid question with its gold among its options, each task at least 30
-train and 30 test items, the train items balanced over the answers, no state twice."""
+"""The held-out sets of issue 34 (quality/second, quality/third, quality/fourth) are what
+EVALUATION.md says they are: every item a valid question with its gold among its options, each
+task at least 30 train and 30 test items, the train items balanced over the answers, no state
+twice."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from decide.quality.evaluate import gold_index, load_set
 QUALITY = Path(__file__).resolve().parents[2] / "quality"
 
 
-@pytest.mark.parametrize("name", ["second", "third"])
+@pytest.mark.parametrize("name", ["second", "third", "fourth"])
 def test_a_held_out_set_is_split_balanced_and_valid(name):
     files = sorted((QUALITY / name).glob("*.jsonl"))
     assert len(files) == 4  # four tasks of other kinds (issue 34)
