@@ -5,7 +5,8 @@ For each task of a set and each size N (examples per question, taken as ``decide
 (``decide.teach.fit.fit_readout``, every way of reading it chooses among), and:
 
 - whether the gate used it, what it reads, its cross-validated log-loss and zero-shot's on
-  the same examples, and the margin;
+  the same examples, the margin, and the lowest the same choice reached with the answers
+  shuffled (measured below 40 examples, for a fit past the margin);
 - on the task's test items: the log-loss of the taught readout and of zero-shot, accuracy
   both ways, and the taught readout's mean confidence in its pick.
 
@@ -37,12 +38,14 @@ def check(train_rows, test_rows, size: int) -> None:
         tests = [row for row in test_rows if row["key"] == key]
         found = lab.fit_rows(chosen)
         gate = found.figures["gate"]
+        shuffled = (f"{gate['shuffled_log_loss']:.3f}" if "shuffled_log_loss" in gate
+                    else "-")
         taught = lab.predicted(found.readout, tests)
         zero = np.array([row["zero_shot"] for row in tests])
         y = np.array([row["y"] for row in tests])
         print(f"{size:<5} {tests[0]['domain']:<20} {gate['used']!s:<6} {found.readout.reads:<13} "
               f"{gate['taught_log_loss']:<8.3f} {gate['zero_shot_log_loss']:<8.3f} "
-              f"{gate['margin']:<7.3f} {regression.log_loss(taught, y):<8.3f} "
+              f"{gate['margin']:<7.3f} {shuffled:<9} {regression.log_loss(taught, y):<8.3f} "
               f"{regression.log_loss(zero, y):<8.3f} {(taught.argmax(1) == y).mean():<5.2f} "
               f"{(zero.argmax(1) == y).mean():<5.2f} {taught.max(1).mean():.2f}")
 
@@ -57,7 +60,7 @@ def main() -> None:
     train, test = lab.items_of(args.set)
     train_rows, test_rows = lab.decoded(train), lab.decoded(test)
     print("                               the examples (cross-validated)   held out")
-    print("size  task                 used   reads         taught   zero     margin  "
+    print("size  task                 used   reads         taught   zero     margin  shuffled  "
           "taught   zero     acc   zero  confidence")
     for size in args.sizes:
         check(train_rows, test_rows, size)

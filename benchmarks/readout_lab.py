@@ -1,12 +1,13 @@
 """Taught readouts compared offline, on the hidden states the model gives each item once: the
 project's own set (train: quality/calibration.jsonl, test: quality/decisions.jsonl), the
-second set (quality/second/*.jsonl, each item marked train or test) or the third
-(quality/third/*.jsonl, its split drawn at random by benchmarks/split_set.py before any readout
-read it).
+second set (quality/second/*.jsonl, each item marked train or test), the third or the fourth
+(quality/third/*.jsonl, quality/fourth/*.jsonl, each split drawn at random by
+benchmarks/split_set.py before any readout read it).
 
 Run on demand (not a test):
 
-    .venv/bin/python benchmarks/readout_lab.py [--set project|second|third] [--sizes 5 10 20 40]
+    .venv/bin/python benchmarks/readout_lab.py [--set project|second|third|fourth]
+        [--sizes 5 10 20 40] [--draws 5]
 
 Every item is decoded once in-process (the engine the service uses, its hidden state at the
 answer slot reported) and kept in ~/.cache/decide/readout_lab/ by model file and item text.
@@ -23,6 +24,9 @@ as ``decide teach --per-question N``) and the test items are scored, accuracy an
   its gate passes, each test item read as the runner reads it
   (``TaughtReadout.answer_probabilities``).
 
+With ``--draws R`` the examples taught are drawn R times (the first, then shuffled) and the
+served answers' figures are averaged, with their range.
+
 Everything is chosen on the train items only. Needs scikit-learn (the ``test`` extra).
 """
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import random
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -62,6 +67,7 @@ from decide.llm.identity import model_identity
 from decide.quality.evaluate import load_set
 from decide.quality.metrics import Scored, accuracy, ece
 from decide.teach import fit as fit_module
+from decide.teach import gate as gate_module
 from decide.teach import regression
 
 CACHE = Path.home() / ".cache" / "decide" / "readout_lab"
@@ -155,6 +161,8 @@ def fitted(train: list[dict[str, Any]], k: int, ordinal: bool, *, with_states: b
 
 
 READS: dict[str, int] = defaultdict(int)
+WAYS = (("hidden", False, False), ("last layer + words", True, False), ("taught", True, True))
+"""The fits compared: (name, with the states' words, with the middle layer's readouts)."""
 
 
 def full_probabilities(model: Any, k: int, states: list[str]) -> np.ndarray:
@@ -169,21 +177,26 @@ def lexical_baseline(train: list[dict[str, Any]], k: int):
     return lambda rows: full_probabilities(model, k, [text(row["state"]) for row in rows])
 
 
-def run(train_rows, test_rows, size: int) -> dict[str, dict[str, Any]]:
+def run(train_rows, test_rows, size: int, draw: int = 0, *,
+        served_only: bool = False) -> dict[str, dict[str, Any]]:
+    """Each question taught on ``size`` of its train items and scored on its test items, every
+    way (with ``served_only``, zero-shot, the service's and TF-IDF's alone); draw 0 takes the
+    first items (answers in turn), a later draw the first after a shuffle seeded by the draw's
+    number."""
     by_question: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in train_rows:
         by_question[row["key"]].append(row)
     results: dict[str, list[tuple[np.ndarray, int, str]]] = defaultdict(list)
     for key, rows in by_question.items():
+        if draw:
+            rows = random.Random(draw).sample(rows, len(rows))
         chosen = first_per_answer([{**row, "answer": row["y"]} for row in rows], size)
         test = [row for row in test_rows if row["key"] == key]
         if not test:
             continue
         k, ordinal = len(rows[0]["keys"]), rows[0]["ordinal"]
         ways = {"zero-shot": np.array([row["zero_shot"] for row in test])}
-        for way, with_states, with_middle in (("hidden", False, False),
-                                              ("last layer + words", True, False),
-                                              ("taught", True, True)):
+        for way, with_states, with_middle in WAYS[-1:] if served_only else WAYS:
             used, predict = fitted(chosen, k, ordinal, with_states=with_states,
                                    with_middle=with_middle)
             ways[way] = predict(test) if used else ways["zero-shot"]
@@ -274,6 +287,23 @@ def resplit(test_rows, size: int, repeats: int) -> None:
     READS.clear()
 
 
+def over_draws(train_rows, test_rows, size: int, draws: int) -> None:
+    """Each way's figures averaged over ``draws`` draws of the examples taught (``run``), with
+    their range: one draw of a few examples is one sample of what a user who teaches that
+    many meets."""
+    found: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for draw in range(draws):
+        for way, figures in run(train_rows, test_rows, size, draw, served_only=True).items():
+            found[way].append(figures)
+    for way, runs in found.items():
+        cells = []
+        for name in ("accuracy", "ece", "log_loss"):
+            values = [figures[name] for figures in runs]
+            cells.append(f"{np.mean(values):.3f} ({min(values):.3f}-{max(values):.3f})")
+        print(f"{size:<5} {way:<18} " + "  ".join(cells))
+    READS.clear()
+
+
 def ece_if_calibrated(scored: list[Scored], draws: int = 400) -> tuple[float, float]:
     """The ECE these probabilities would show were they exactly calibrated: each item's answer
     drawn from its own probabilities, ``draws`` times; the median and the 90th percentile.
@@ -291,7 +321,7 @@ def ece_if_calibrated(scored: list[Scored], draws: int = 400) -> tuple[float, fl
     return float(np.median(found)), float(np.quantile(found, 0.9))
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="taught readouts compared offline")
     parser.add_argument("--set", choices=sorted(SETS), default="project")
     parser.add_argument("--sizes", type=int, nargs="+", default=[5, 10, 20, 40])
@@ -304,12 +334,19 @@ def main() -> None:
     parser.add_argument("--resplit", type=int, metavar="DRAWS",
                         help="the second set: each task's test items drawn DRAWS times, the "
                              "first size taught and the rest answered (in one pool)")
+    parser.add_argument("--draws", type=int, metavar="DRAWS",
+                        help="each size's examples drawn DRAWS times (the first, then shuffled); "
+                             "each way's mean accuracy, ECE and log-loss and their range")
     parser.add_argument("--fold-check", action="store_true",
                         help="the second set only: each task's out-of-fold accuracy by 5 and 10 "
                              "folds and left one out, beside its test accuracy")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = _arguments()
     if args.gate_standard_errors is not None:
-        fit_module.GATE_STANDARD_ERRORS = args.gate_standard_errors
+        gate_module.GATE_STANDARD_ERRORS = args.gate_standard_errors
     if args.penalties:
         regression.PENALTIES = tuple(args.penalties)
     fit_module.GATE_READS_NESTED = args.nested_gate
@@ -327,6 +364,14 @@ def main() -> None:
               f"{args.sizes[-1]} --resplit {args.resplit}")
         return
     print(f"set {args.set}: {len(train_rows)} train items, {len(test_rows)} test items")
+    if args.draws:
+        print(f"size  readout            over {args.draws} draws: accuracy, ECE, log-loss "
+              "(mean, range)")
+        for size in args.sizes:
+            over_draws(train_rows, test_rows, size, args.draws)
+        print(f"command: .venv/bin/python benchmarks/readout_lab.py --set {args.set} --sizes "
+              f"{' '.join(map(str, args.sizes))} --draws {args.draws}")
+        return
     print("size  readout            accuracy  ECE     (if calibrated: median, 90%)  log-loss  "
           "by domain")
     for size in args.sizes:

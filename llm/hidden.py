@@ -46,10 +46,10 @@ class HiddenStateUnavailable(RuntimeError):
 class HiddenProjection:
     """Logits row → final hidden state, for one GGUF."""
 
-    def __init__(self, rows: np.ndarray, head: np.ndarray, softcap: float | None) -> None:
+    def __init__(self, rows: np.ndarray, pinv: np.ndarray, softcap: float | None) -> None:
         self.rows = rows
-        self.size = head.shape[1]
-        self._pinv = np.linalg.pinv(head.astype(np.float64))
+        self.size = pinv.shape[0]
+        self._pinv = pinv
         self._softcap = softcap
 
     @classmethod
@@ -75,11 +75,7 @@ class HiddenProjection:
             raise HiddenStateUnavailable(
                 f"{path}: the output head (ggml type {tensor.ggml_type}) cannot be read: "
                 f"{error}") from error
-        singular = np.linalg.svd(head.astype(np.float64), compute_uv=False)
-        if singular[-1] <= 0 or singular[0] / singular[-1] > MAX_CONDITION:
-            raise HiddenStateUnavailable(f"{path}: the output head's sampled rows do not "
-                                         "determine the hidden state")
-        return cls(rows, head, _softcap(header))
+        return cls(rows, _pseudo_inverse(path, head), _softcap(header))
 
     def hidden(self, logits: np.ndarray) -> list[float]:
         """The hidden state behind one logits row, as Python floats."""
@@ -88,6 +84,16 @@ class HiddenProjection:
             cap = self._softcap
             values = cap * np.arctanh(np.clip(values / cap, -1 + 1e-12, 1 - 1e-12))
         return np.einsum("ij,j->i", self._pinv, values, optimize=False).tolist()
+
+
+def _pseudo_inverse(path: Path, head: np.ndarray) -> np.ndarray:
+    """The head rows' pseudo-inverse, from one singular value decomposition (it also says
+    whether the rows determine the hidden state: their condition number)."""
+    left, singular, right = np.linalg.svd(head.astype(np.float64), full_matrices=False)
+    if singular[-1] <= 0 or singular[0] / singular[-1] > MAX_CONDITION:
+        raise HiddenStateUnavailable(f"{path}: the output head's sampled rows do not "
+                                     "determine the hidden state")
+    return (right.T / singular) @ left.T
 
 
 def _head_rows(path: Path, tensor: TensorInfo, rows: np.ndarray, width: int) -> np.ndarray:

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from decide.core.taught import (
-    ALWAYS,
     AUTO,
     LEXICAL_READS,
     MIDDLE_READS,
@@ -35,6 +34,7 @@ from decide.core.taught import (
     zero_shot_feature,
 )
 from decide.teach import regression
+from decide.teach.gate import gate, shuffled_floor
 from decide.teach.lexical import LexicalFit, combined, fit_lexical, lexical_probabilities
 from decide.teach.regression import FOLDS, PENALTIES, Model, choose_penalty, for_all, log_loss
 
@@ -43,14 +43,6 @@ __all__ = ["FOLDS", "PENALTIES", "Fitted", "fit_readout", "gate", "scores"]
 CURVE_SIZES = (5, 10, 20, 40, 80, 160)
 """Examples a learning curve is fitted on (each below the examples given)."""
 ECE_BINS = 10
-GATE_STANDARD_ERRORS = 0.5
-"""The gate: a fit answers only where its cross-validated log-loss beats the zero-shot
-readout's on the same examples by more than this many standard errors of their per-example
-difference (``gate``). Half of one: with the lexical readout beside the hidden one, one
-standard error kept the intent question zero-shot at 20 examples (0.50 held out, 0.80 used);
-half of one changed nothing else on either held-out set and served nothing below zero-shot
-(EVALUATION.md, "The gate's margin")."""
-
 GATE_READS_NESTED = False
 """Whether the gate (and the ``taught`` figures) read nested cross-validation
 (``honest_out_of_fold``) in place of the choice's own out-of-fold answers. Tried on the third
@@ -272,11 +264,9 @@ def _fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
                       lexical=None if lexical is None or chosen.reads not in LEXICAL_READS
                       else lexical.readout)
     figures = {
-        **_example_figures(y, answers),
-        "readout": kind,
+        **_example_figures(y, answers), "readout": kind,
         "cross_validated_log_loss": kinds,
-        "reads": chosen.reads,
-        "reads_log_loss": chosen.log_losses,
+        "reads": chosen.reads, "reads_log_loss": chosen.log_losses,
         "hidden_size": int(np.asarray(hidden).shape[1]),
         **({} if middle is None else {"middle_size": int(np.asarray(middle).shape[1])}),
         "features": int(vectors[dense].shape[1]),
@@ -288,7 +278,9 @@ def _fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
         "zero_shot": None if zero is None else scores(zero, y),
         "learning_curve": learning_curve(vectors, y, k, ordinal=kind == ORDINAL,
                                          zero_shot=zero, states=states),
-        "gate": gate(held_out, zero, y, use=use),
+        "gate": gate(held_out, zero, y, use=use, noise=lambda: shuffled_floor(
+            lambda answers: _choose(vectors, answers, k, kinds_tried, states)[2].out_of_fold,
+            y)),
     }
     figures["fit_ms"] = round((time.perf_counter() - started) * 1000, 1)
     return Fitted(readout=readout, figures=figures)
@@ -312,38 +304,6 @@ def scores(probabilities: np.ndarray, y: np.ndarray) -> dict[str, float]:
     return {"accuracy": round(float(correct.mean()), 4),
             "ece": round(float(total / len(y)), 4),
             "log_loss": round(float(-np.log(chosen).mean()), 4)}
-
-
-def gate(taught: np.ndarray, zero_shot: np.ndarray | None, y: np.ndarray, *,
-         use: str = AUTO) -> dict[str, Any]:
-    """Whether a fit answers (issue 34: never worse than not teaching): its out-of-fold
-    probabilities ``taught`` against the zero-shot readout's on the same examples. It answers
-    where its mean log-loss is lower by more than ``GATE_STANDARD_ERRORS`` standard errors of
-    the per-example difference, or where ``use`` is ``always``; otherwise the taught question
-    is ready but unused, and matching questions are answered zero-shot."""
-    if zero_shot is None:
-        return {"used": True, "use": use, "reason": "no zero-shot readout to compare with"}
-    taught_losses, zero_losses = regression.losses(taught, y), regression.losses(zero_shot, y)
-    difference = taught_losses - zero_losses
-    spread = float(difference.std(ddof=1)) if len(y) > 1 else float("inf")
-    margin = GATE_STANDARD_ERRORS * spread / max(len(y), 1) ** 0.5
-    gain = -float(difference.mean())
-    beats = gain > margin
-    figures = {"taught_log_loss": round(float(taught_losses.mean()), 4),
-               "zero_shot_log_loss": round(float(zero_losses.mean()), 4),
-               "margin": round(margin, 4)}
-    compared = (f"its cross-validated log-loss {figures['taught_log_loss']:.4f} against "
-                f"zero-shot's {figures['zero_shot_log_loss']:.4f} on the same examples")
-    if beats:
-        reason = f"{compared}: lower by more than the margin {margin:.4f}"
-    elif use == ALWAYS:
-        reason = (f"use is always, though {compared} is not lower by more than the margin "
-                  f"{margin:.4f}")
-    else:
-        reason = (f"answers stay zero-shot: {compared} is not lower by more than the margin "
-                  f"{margin:.4f} ({GATE_STANDARD_ERRORS:g} standard error of the difference); "
-                  "teach more examples, or use always")
-    return {"used": beats or use == ALWAYS, "use": use, "reason": reason, **figures}
 
 
 def curve_subset(y: np.ndarray, size: int) -> np.ndarray:

@@ -68,9 +68,10 @@ def taught(server):
     return ready
 
 
-def taught_ready(client, question: dict, examples: list[dict]) -> dict:
+def taught_ready(client, question: dict, examples: list[dict], **extra) -> dict:
     """Teach ``question`` and wait for it to be ready."""
-    created = client.post("/v1/questions", json={"question": question, "examples": examples})
+    created = client.post("/v1/questions", json={"question": question, "examples": examples,
+                                                 **extra})
     assert created.status_code == 202, created.text
     ready = taught_when_done(client, created.json()["id"])
     assert ready["status"] == "ready", ready
@@ -242,7 +243,9 @@ def test_a_readout_fitted_on_another_model_file_is_refused(server):
     examples = [{"state": "I paid $20", "answer": "yes"}, {"state": "Hello there", "answer": "no"},
                 {"state": "Refund my $5", "answer": "yes"}, {"state": "Nice day", "answer": "no"}]
     with server.client(ALPHA) as client:
-        created = taught_ready(client, question, examples)
+        # four examples cannot pass the gate (the same choice does as well on them shuffled):
+        # always, so that it is the readout a matching question reads
+        created = taught_ready(client, question, examples, use="always")
         with sqlite3.connect(server.root / "jobs.db") as db:
             db.execute("UPDATE taught_questions SET model_identity = 'sha256:another-file' "
                        "WHERE id = ?", (created["id"],))
@@ -301,7 +304,7 @@ def test_a_deleted_taught_question_stops_answering(server):
     examples = [{"state": "Hello!", "answer": "yes"}, {"state": "Pay now", "answer": "no"},
                 {"state": "Hi there", "answer": "yes"}, {"state": "Send the file", "answer": "no"}]
     with server.client(ALPHA) as client:
-        created = taught_ready(client, question, examples)
+        created = taught_ready(client, question, examples, use="always")  # four: always
         assert ask(client, {"g": question}, state="Hey")["g"]["x_taught"] == created["id"]
         deleted = client.delete(f"/v1/questions/{created['id']}")
         assert deleted.json() == {"id": created["id"], "object": "taught_question",
@@ -322,7 +325,7 @@ def test_the_client_teaches_labels_lists_and_forgets(server):
     from decide.client import AsyncClient, Client, InvalidRequestError
 
     with Client(server.url, api_key=ALPHA) as client:
-        taught = client.teach(SHIPPING, SHIPPING_EXAMPLES)
+        taught = client.teach(SHIPPING, SHIPPING_EXAMPLES, use="always")  # four: always
         assert taught.status == "ready" and taught.fit["examples"] == 4
         decision = client.decide("My order has not arrived", {"s": SHIPPING})
         assert decision.raw["answers"]["s"]["x_taught"] == taught.id

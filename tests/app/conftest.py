@@ -87,12 +87,14 @@ class FrontDoor:
 
 @pytest.fixture(autouse=True)
 def four_penalties(monkeypatch):
-    """Fits here try four of the service's penalties, its range end to end: these tests show
-    the routes and the worker around a fit, which hold for any grid (the fit's own choices are
-    tests/unit/test_fit.py's and the real model's), and the fast tier stays fast."""
-    from decide.teach import regression
+    """Fits here try four of the service's penalties, its range end to end, and the gate's
+    noise test two shuffles: these tests show the routes and the worker around a fit, which
+    hold for any grid and count (the fit's own choices are tests/unit/test_fit.py's and the
+    real model's), and the fast tier stays fast."""
+    from decide.teach import gate, regression
 
     monkeypatch.setattr(regression, "PENALTIES", (0.001, 0.1, 10.0, 1000.0))
+    monkeypatch.setattr(gate, "SHUFFLES", 2)
 
 
 @pytest.fixture(scope="session")

@@ -42,7 +42,7 @@ JSON = st.recursive(SCALARS, lambda inner: (
                       inner, max_size=6)), max_leaves=60)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(state=JSON)
 def test_the_state_renders_as_the_spec_says(state):
     chunks: list[str] = []

@@ -8,15 +8,18 @@ import pytest
 
 from decide.llm.hidden import HiddenProjection, HiddenStateUnavailable
 from decide.teach import fit, regression
+from decide.teach import gate as gate_module
 from decide.teach.fit import fit_readout, scores
 from decide.teach.regression import folds_of
 
 
 @pytest.fixture(autouse=True)
 def four_penalties(monkeypatch):
-    """Four of the service's penalties, its range end to end: what these tests show holds for
-    any grid, and each fit tries every penalty on every fold (the fast tier stays fast)."""
+    """Four of the service's penalties, its range end to end, and two shuffles for the gate's
+    noise test: what these tests show holds for any grid and count, and each fit tries every
+    penalty on every fold, again for each shuffle (the fast tier stays fast)."""
     monkeypatch.setattr(regression, "PENALTIES", (0.001, 0.1, 10.0, 1000.0))
+    monkeypatch.setattr(gate_module, "SHUFFLES", 2)
 
 
 def separable(n_per: int = 12, k: int = 3, d: int = 16, seed: int = 3):
@@ -154,6 +157,43 @@ def test_the_gate_uses_a_fit_only_where_it_beats_zero_shot_by_more_than_the_marg
     assert fit.gate(good, None, y)["used"] is True  # nothing to compare with
 
 
+def test_a_fit_no_better_than_the_same_choice_on_shuffled_answers_is_not_used():
+    """Past the margin, a fit on few examples must also beat what the same choice finds with
+    the answers shuffled; that is asked only of a fit past the margin, and ``use: always``
+    still answers with it."""
+    y = np.array([0, 1] * 5)
+    good = np.where(np.eye(2)[y] == 1, 0.8, 0.2)
+    coin = np.full((10, 2), 0.5)
+
+    def refuse() -> float:
+        raise AssertionError("the noise test was asked of a fit below the margin")
+
+    assert fit.gate(coin, good, y, noise=refuse)["used"] is False
+    as_noise = fit.gate(good, coin, y, noise=lambda: 0.1)
+    assert as_noise["used"] is False and as_noise["shuffled_log_loss"] == 0.1
+    assert "answers shuffled" in as_noise["reason"] and "zero-shot" in as_noise["reason"]
+    assert fit.gate(good, coin, y, noise=lambda: 0.1, use="always")["used"] is True
+    above = fit.gate(good, coin, y, noise=lambda: 0.6)
+    assert above["used"] is True and "shuffled" in above["reason"]
+
+
+def test_the_shuffles_are_the_same_for_the_same_examples_and_stop_at_forty():
+    seen: list[list[int]] = []
+
+    def choose(answers: np.ndarray) -> np.ndarray:
+        seen.append(answers.tolist())
+        return np.full((len(answers), 2), 0.5)
+
+    y = np.array([0, 1] * 6)
+    assert gate_module.shuffled_floor(choose, y) == pytest.approx(np.log(2))
+    first = list(seen)
+    assert len(first) == gate_module.SHUFFLES and all(sorted(s) == sorted(y) for s in first)
+    seen.clear()
+    gate_module.shuffled_floor(choose, y)
+    assert seen == first
+    assert gate_module.shuffled_floor(choose, np.array([0, 1] * 20)) is None
+
+
 def test_a_fit_worse_than_zero_shot_is_not_used_and_the_curve_serves_zero_shot():
     """Features that carry nothing, against a zero-shot readout that is right 7 times in 10
     and says 0.7 (calibrated: nothing to sharpen): the gate keeps zero-shot, and the learning
@@ -264,3 +304,26 @@ def test_nested_cross_validation_sees_the_optimism_of_a_choice_among_many_ways(m
                         middle=vectors["middle"], slot=vectors["slot"])
     assert found.figures["taught"]["log_loss"] > found.figures["reads_log_loss"][
         found.figures["reads"]]
+
+
+def test_numpys_blas_runs_one_thread_in_a_decide_process():
+    """Importing ``decide`` keeps numpy's BLAS to one thread (the fits' and the projection's
+    work is small; the cores are llama.cpp's), in this process and in a fresh one that imports
+    a fit before anything else; an explicit OPENBLAS_NUM_THREADS still wins."""
+    import os
+    import subprocess
+    import sys
+
+    from threadpoolctl import threadpool_info
+
+    blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
+    assert blas and all(pool["num_threads"] == 1 for pool in blas), blas
+    probe = ("import decide.teach.regression, threadpoolctl; print(sorted({pool['num_threads'] "
+             "for pool in threadpoolctl.threadpool_info() if pool['user_api'] == 'blas'}))")
+    environment = {name: value for name, value in os.environ.items()
+                   if name != "OPENBLAS_NUM_THREADS"}
+    for given, expected in ((None, "[1]"), ("2", "[2]")):
+        ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             env={**environment, **({"OPENBLAS_NUM_THREADS": given}
+                                                     if given else {})}, timeout=60, check=True)
+        assert ran.stdout.strip() == expected, ran.stderr[-2000:]

@@ -10,8 +10,19 @@ import pytest
 
 from decide.core.lexical import LexicalReadout, state_text, term_counts, weighted
 from decide.core.taught import READS_BOTH, READS_HIDDEN, READS_LEXICAL, TaughtReadout
+from decide.teach import gate as gate_module
+from decide.teach import regression
 from decide.teach.fit import fit_readout
 from decide.teach.lexical import combined, fit_lexical
+
+
+@pytest.fixture(autouse=True)
+def four_penalties(monkeypatch):
+    """The dense readouts try four of the service's penalties, its range end to end, and the
+    gate two shuffles (as in tests/unit/test_fit.py): what these tests show holds for any grid
+    and count."""
+    monkeypatch.setattr(regression, "PENALTIES", (0.001, 0.1, 10.0, 1000.0))
+    monkeypatch.setattr(gate_module, "SHUFFLES", 2)
 
 PHISHING = ["verify your acount now at paypa1 login", "urgent: your mailbox is suspended, "
             "click here", "confirm your bank password immediately", "you won a prize, send "

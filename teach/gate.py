@@ -1,0 +1,95 @@
+"""The gate: whether a taught readout answers (issue 34: never worse than not teaching).
+
+Two tests, both on the examples alone. The fit's out-of-fold log-loss must beat the zero-shot
+readout's on the same examples by a margin; and, while the examples are few, it must be lower
+than anything the same choice (among ways of reading, kinds and penalties) reaches on the same
+examples with their answers shuffled: on 10 examples of a yes/no question, that choice finds
+out-of-fold log-losses of 0.04 to 0.59 in noise (0.69 is chance), so beating zero-shot's 0.69
+says nothing (EVALUATION.md, "a fourth set").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from decide.core.taught import ALWAYS, AUTO
+from decide.teach.regression import log_loss, losses
+
+GATE_STANDARD_ERRORS = 0.5
+"""The margin: a fit's cross-validated log-loss must beat the zero-shot readout's on the same
+examples by more than this many standard errors of their per-example difference. Half of one:
+with the lexical readout beside the hidden one, one standard error kept the intent question
+zero-shot at 20 examples (0.50 held out, 0.80 used); half of one changed nothing else on either
+held-out set and served nothing below zero-shot (EVALUATION.md, "The gate's margin")."""
+SHUFFLES = 10
+"""How many times the answers are shuffled for the second test: the fit must beat the lowest
+of them (so noise passes it about one time in eleven)."""
+SHUFFLED_BELOW = 40
+"""The second test runs below this many examples: the choice's optimism shrinks as they grow
+(no gate let through a fit worse than zero-shot at 40 on the four sets), and each shuffle
+costs a whole choice (about a second at 10 examples, several at 40, on 2 cores)."""
+
+
+def shuffled_floor(choose: Callable[[np.ndarray], np.ndarray], y: np.ndarray) -> float | None:
+    """The lowest out-of-fold log-loss ``choose`` (answers → the chosen readout's out-of-fold
+    probabilities) reaches with ``y`` shuffled ``SHUFFLES`` times (the same shuffles for the
+    same examples); None from ``SHUFFLED_BELOW`` examples on."""
+    if len(y) >= SHUFFLED_BELOW or SHUFFLES <= 0:
+        return None
+    generator = np.random.default_rng(len(y))
+    found = []
+    for _ in range(SHUFFLES):
+        shuffled = generator.permutation(y)
+        found.append(log_loss(choose(shuffled), shuffled))
+    return min(found)
+
+
+def gate(taught: np.ndarray, zero_shot: np.ndarray | None, y: np.ndarray, *,
+         use: str = AUTO, noise: Callable[[], float | None] | None = None) -> dict[str, Any]:
+    """Whether a fit answers: its out-of-fold probabilities ``taught`` against the zero-shot
+    readout's on the same examples. It answers where its mean log-loss is lower by more than
+    ``GATE_STANDARD_ERRORS`` standard errors of the per-example difference and below what
+    ``noise`` finds (``shuffled_floor``; asked only of a fit that passes the margin), or where
+    ``use`` is ``always``; otherwise the taught question is ready but unused, and matching
+    questions are answered zero-shot."""
+    if zero_shot is None:
+        return {"used": True, "use": use, "reason": "no zero-shot readout to compare with"}
+    taught_losses, zero_losses = losses(taught, y), losses(zero_shot, y)
+    difference = taught_losses - zero_losses
+    spread = float(difference.std(ddof=1)) if len(y) > 1 else float("inf")
+    margin = GATE_STANDARD_ERRORS * spread / max(len(y), 1) ** 0.5
+    beats = -float(difference.mean()) > margin
+    shuffled = noise() if beats and noise is not None else None
+    above_noise = shuffled is None or float(taught_losses.mean()) < shuffled
+    figures = {"taught_log_loss": round(float(taught_losses.mean()), 4),
+               "zero_shot_log_loss": round(float(zero_losses.mean()), 4),
+               "margin": round(margin, 4),
+               **({} if shuffled is None else {"shuffled_log_loss": round(shuffled, 4)})}
+    used = (beats and above_noise) or use == ALWAYS
+    return {"used": used, "use": use,
+            "reason": _reason(figures, beats, above_noise, use), **figures}
+
+
+def _reason(figures: dict[str, Any], beats: bool, above_noise: bool, use: str) -> str:
+    compared = (f"its cross-validated log-loss {figures['taught_log_loss']:.4f} against "
+                f"zero-shot's {figures['zero_shot_log_loss']:.4f} on the same examples")
+    margin = figures["margin"]
+    if not beats:
+        why = (f"{compared} is not lower by more than the margin {margin:.4f} "
+               f"({GATE_STANDARD_ERRORS:g} standard error of the difference)")
+    elif not above_noise:
+        why = (f"{compared} is lower, but not lower than "
+               f"{figures['shuffled_log_loss']:.4f}, what the same choice found with the "
+               f"examples' answers shuffled ({SHUFFLES} times): so few examples cannot tell "
+               "a pattern from noise")
+    else:
+        noise = ("" if "shuffled_log_loss" not in figures else
+                 f" and than {figures['shuffled_log_loss']:.4f}, found with the answers "
+                 "shuffled")
+        return f"{compared}: lower by more than the margin {margin:.4f}{noise}"
+    if use == ALWAYS:
+        return f"use is always, though {why}"
+    return f"answers stay zero-shot: {why}; teach more examples, or use always"
