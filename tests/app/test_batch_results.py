@@ -104,8 +104,11 @@ def test_another_keys_batch_reads_as_absent_in_csv_too(front_door):
                                  headers=alpha).status_code == 200
 
 
-def test_a_batch_longer_than_one_chunk_streams_every_row_in_order(open_door):
-    items = [{"custom_id": f"n{n:04d}", "state": f"ticket {n}"} for n in range(450)]
+def test_a_batch_longer_than_one_chunk_streams_every_row_in_order(open_door, monkeypatch):
+    from decide.api.routes import batches as batch_routes
+
+    monkeypatch.setattr(batch_routes, "CSV_ROWS_PER_CHUNK", 20)  # two whole chunks and a part
+    items = [{"custom_id": f"n{n:04d}", "state": f"ticket {n}"} for n in range(45)]
     batch_id = submit(open_door, items)
     text = open_door.client.get(f"/v1/batches/{batch_id}/results?format=csv").text
     rows = list(csv.reader(io.StringIO(text, newline="")))
