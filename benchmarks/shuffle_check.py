@@ -2,8 +2,9 @@
 the choice the service makes (among ways of reading, kinds and penalties) on the first N train
 items, beside the same choice on those items with their answers shuffled, SHUFFLES times
 (EVALUATION.md, "a fourth set"). Where shuffled answers reach as low, the gate's first test
-(beat zero-shot by a margin) says nothing; its second test (``decide.teach.gate``) asks this.
-The shuffles here are seeded by 0 (the service seeds them by the examples' count).
+(beat zero-shot by a margin) says little; its second test (``decide.teach.gate``) asks this,
+with the same shuffles as here (``gate.shuffles``: seeded by the examples' count, none that only
+renames the answers).
 
     .venv/bin/python benchmarks/shuffle_check.py [--shuffles 10]
 """
@@ -18,6 +19,7 @@ import readout_lab as lab  # benchmarks/, this script's own folder
 from decide.cli.teaching import first_per_answer
 from decide.core.taught import ORDINAL, SOFTMAX
 from decide.teach import fit, regression
+from decide.teach import gate as gate_module
 
 CASES = [("third", "reply_check", 10), ("third", "tool_args", 10),
          ("fourth", "passage_answers", 10), ("fourth", "readonly_command", 10),
@@ -42,8 +44,8 @@ def check(rows: list[dict], size: int, shuffles: int) -> tuple[float, float, np.
         found = fit._choose(vectors, answers, len(chosen[0]["keys"]), kinds, states)
         return regression.log_loss(found[2].out_of_fold, answers)
 
-    generator = np.random.default_rng(0)
-    shuffled = np.array([choice(generator.permutation(y)) for _ in range(shuffles)])
+    gate_module.SHUFFLES = shuffles
+    shuffled = np.array([choice(answers) for answers in gate_module.shuffles(y)])
     return choice(y), regression.log_loss(zero, y), shuffled
 
 

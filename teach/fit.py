@@ -162,6 +162,15 @@ def honest_out_of_fold(vectors: dict[str, np.ndarray], y: np.ndarray, k: int,
     return found
 
 
+def _judged(vectors: dict[str, np.ndarray], y: np.ndarray, k: int, kinds: Sequence[str],
+            states: Sequence[Any] | None) -> np.ndarray:
+    """The out-of-fold answers the gate judges a choice by: its own, or nested where
+    ``GATE_READS_NESTED``."""
+    if GATE_READS_NESTED:
+        return honest_out_of_fold(vectors, y, k, kinds, states)
+    return _choose(vectors, y, k, kinds, states)[2].out_of_fold
+
+
 def _predicted(reads: str, model: Model, lexical: LexicalFit | None, x: np.ndarray,
                states: Sequence[Any]) -> np.ndarray:
     """What a readout fitted to read ``reads`` gives ``x`` (its dense features: the hidden
@@ -257,8 +266,8 @@ def _fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
     dense = _dense_of(chosen.reads)
     kind, penalty, _, kinds = fits[dense]
     model = _fitted_model(vectors, y, k, fits, chosen)
-    held_out = (honest_out_of_fold(vectors, y, k, kinds_tried, states) if GATE_READS_NESTED
-                else chosen.out_of_fold)
+    held_out = _judged(vectors, y, k, kinds_tried, states) if GATE_READS_NESTED else (
+        chosen.out_of_fold)
     readout = replace(model.readout(taught_id, answers, model_identity),
                       uses_zero_shot=zero_shot is not None, reads=chosen.reads,
                       lexical=None if lexical is None or chosen.reads not in LEXICAL_READS
@@ -279,8 +288,7 @@ def _fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
         "learning_curve": learning_curve(vectors, y, k, ordinal=kind == ORDINAL,
                                          zero_shot=zero, states=states),
         "gate": gate(held_out, zero, y, use=use, noise=lambda: shuffled_floor(
-            lambda answers: _choose(vectors, answers, k, kinds_tried, states)[2].out_of_fold,
-            y)),
+            lambda answers: _judged(vectors, answers, k, kinds_tried, states), y)),
     }
     figures["fit_ms"] = round((time.perf_counter() - started) * 1000, 1)
     return Fitted(readout=readout, figures=figures)
@@ -324,8 +332,9 @@ def learning_curve(vectors: dict[str, np.ndarray], y: np.ndarray, k: int, *, ord
     is (penalties and what it reads chosen by cross-validation within them; ``vectors``: the
     dense features, the hidden state's and the middle layer's), scored on all the other
     examples. With ``zero_shot``, each point also scores the zero-shot readout on them and the
-    answers served (``served``: the taught readout's where the gate, judged on the fitted
-    examples alone, passes; else zero-shot's)."""
+    answers served (``served``: the taught readout's where the gate's margin, judged on the
+    fitted examples alone, passes; else zero-shot's). The curve's gate is the margin alone:
+    the shuffles would cost ten choices a point."""
     points = []
     for size in CURVE_SIZES:
         if size >= len(y):

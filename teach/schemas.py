@@ -30,6 +30,7 @@ class TeachRequestSchema(OpenModel):
                                                  "question (POST /v1/jobs/{id}/labels)")
     use: Literal["auto", "always"] = Field(
         "auto", description="auto: answer only where the fit beats zero-shot on its examples "
+                            "and, below 40 examples, the same fit on their answers shuffled "
                             "(the gate); always: answer with it anyway")
 
 

@@ -6,6 +6,10 @@ llama_cpp), this process takes the llama.cpp build the runners use on this host
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as every decide command (decide.cli)
+
 import pytest
 
 from decide.config.settings import Settings

@@ -245,7 +245,8 @@ def add_teach_parser(commands: Any, service_url: str | None) -> None:
                        help="only the first N examples of each question, answers in turn")
     teach.add_argument("--use", choices=("auto", "always"), default="auto",
                        help="auto (default): a fit answers only where it beats zero-shot on "
-                            "its examples; always: answer with it anyway")
+                            "its examples (and below 40, the same fit on shuffled answers); "
+                            "always: answer with it anyway")
     teach.add_argument("--holdout", metavar="HELD.jsonl",
                        help="after each fit, ask this file's items of the same question with "
                             "the fit and zero-shot, and print both scores")

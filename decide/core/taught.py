@@ -44,8 +44,9 @@ MIDDLE_READS = (READS_MIDDLE, READS_MIDDLE_LEXICAL)
 SLOT_READS = (READS_SLOT, READS_SLOT_LEXICAL)
 LEXICAL_READS = (READS_LEXICAL, READS_BOTH, READS_MIDDLE_LEXICAL, READS_SLOT_LEXICAL)
 AUTO, ALWAYS = "auto", "always"
-"""A taught question's ``use``: answer only where its fit beats zero-shot on its examples (the
-gate, ``decide.teach.fit.gate``), or always."""
+"""A taught question's ``use``: answer only where its fit beats zero-shot on its examples, and
+below 40 examples the same fit on their answers shuffled (the gate, ``decide.teach.gate``), or
+always."""
 MIN_EXAMPLES_PER_ANSWER = 1
 """Every answer of a taught question needs at least this many examples."""
 MIN_EXAMPLES = 4
@@ -74,7 +75,7 @@ def answering_version(ready: Iterable[Version], *, version: Callable[[Version], 
     versions (``teach.records`` reads them).
 
     The rule: the newest ready version answers if its fit is used (its gate passed, or it was
-    taught to be used always; ``decide.teach.fit.gate``); if it is not used, the question is
+    taught to be used always; ``decide.teach.gate``); if it is not used, the question is
     answered zero-shot. Earlier versions answer nothing once a newer one is ready; while a
     newer one is queued or fitting (or where it failed), the newest ready one goes on
     answering."""

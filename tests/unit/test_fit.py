@@ -172,7 +172,7 @@ def test_a_fit_no_better_than_the_same_choice_on_shuffled_answers_is_not_used():
     as_noise = fit.gate(good, coin, y, noise=lambda: 0.1)
     assert as_noise["used"] is False and as_noise["shuffled_log_loss"] == 0.1
     assert "answers shuffled" in as_noise["reason"] and "zero-shot" in as_noise["reason"]
-    assert fit.gate(good, coin, y, noise=lambda: 0.1, use="always")["used"] is True
+    assert fit.gate(good, coin, y, noise=refuse, use="always")["used"] is True  # not asked
     above = fit.gate(good, coin, y, noise=lambda: 0.6)
     assert above["used"] is True and "shuffled" in above["reason"]
 
@@ -192,6 +192,18 @@ def test_the_shuffles_are_the_same_for_the_same_examples_and_stop_at_forty():
     gate_module.shuffled_floor(choose, y)
     assert seen == first
     assert gate_module.shuffled_floor(choose, np.array([0, 1] * 20)) is None
+
+
+def test_no_shuffle_only_renames_the_answers():
+    """A shuffle that groups the examples as they are (themselves, or a yes/no question's
+    answers swapped) is the same fit again: none is drawn, even where few groupings exist."""
+    y = np.array([0, 1, 0, 1])
+    found = gate_module.shuffles(y)
+    assert len(found) == gate_module.SHUFFLES
+    assert not any(gate_module.same_grouping(y, shuffled) for shuffled in found)
+    assert gate_module.same_grouping(y, 1 - y) and gate_module.same_grouping(y, y)
+    assert gate_module.shuffles(np.array([0, 1])) == []  # nothing else to draw
+    assert gate_module.shuffled_floor(lambda a: np.full((2, 2), 0.5), np.array([0, 1])) is None
 
 
 def test_a_fit_worse_than_zero_shot_is_not_used_and_the_curve_serves_zero_shot():
@@ -307,9 +319,10 @@ def test_nested_cross_validation_sees_the_optimism_of_a_choice_among_many_ways(m
 
 
 def test_numpys_blas_runs_one_thread_in_a_decide_process():
-    """Importing ``decide`` keeps numpy's BLAS to one thread (the fits' and the projection's
-    work is small; the cores are llama.cpp's), in this process and in a fresh one that imports
-    a fit before anything else; an explicit OPENBLAS_NUM_THREADS still wins."""
+    """Every ``decide`` command keeps numpy's BLAS to one thread (the fits' and the
+    projection's work is small; the cores are llama.cpp's), as this suite does: in this process
+    and in a fresh one that imports the command line, then a fit; an explicit
+    OPENBLAS_NUM_THREADS still wins."""
     import os
     import subprocess
     import sys
@@ -318,8 +331,9 @@ def test_numpys_blas_runs_one_thread_in_a_decide_process():
 
     blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
     assert blas and all(pool["num_threads"] == 1 for pool in blas), blas
-    probe = ("import decide.teach.regression, threadpoolctl; print(sorted({pool['num_threads'] "
-             "for pool in threadpoolctl.threadpool_info() if pool['user_api'] == 'blas'}))")
+    probe = ("import decide.cli, decide.teach.regression, threadpoolctl; print(sorted({pool["
+             "'num_threads'] for pool in threadpoolctl.threadpool_info() "
+             "if pool['user_api'] == 'blas'}))")
     environment = {name: value for name, value in os.environ.items()
                    if name != "OPENBLAS_NUM_THREADS"}
     for given, expected in ((None, "[1]"), ("2", "[2]")):
