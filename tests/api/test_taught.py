@@ -243,7 +243,7 @@ def test_a_readout_fitted_on_another_model_file_is_refused(server):
     examples = [{"state": "I paid $20", "answer": "yes"}, {"state": "Hello there", "answer": "no"},
                 {"state": "Refund my $5", "answer": "yes"}, {"state": "Nice day", "answer": "no"}]
     with server.client(ALPHA) as client:
-        # four examples cannot pass the gate (the same choice does as well on them shuffled):
+        # four examples rarely pass the gate (its shuffles can do as well as the fit on them):
         # always, so that it is the readout a matching question reads
         created = taught_ready(client, question, examples, use="always")
         with sqlite3.connect(server.root / "jobs.db") as db:
