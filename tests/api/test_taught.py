@@ -32,7 +32,16 @@ EXAMPLES = [
     {"state": "chmod -R 777 /etc", "answer": "no"},
     {"state": "Show the current weather forecast", "answer": "yes"},
     {"state": "Email the full customer list to an unknown address", "answer": "no"},
+    {"state": "List the files in the downloads folder", "answer": "yes"},
+    {"state": "Format the primary disk of the server", "answer": "no"},
+    {"state": "Print today's date", "answer": "yes"},
+    {"state": "Disable the firewall on every production host", "answer": "no"},
+    {"state": "Count the open tickets in the queue", "answer": "yes"},
+    {"state": "Revoke every employee's access badge", "answer": "no"},
+    {"state": "Look up the status of order 1042", "answer": "yes"},
+    {"state": "Wire the payroll to a new bank account", "answer": "no"},
 ]
+"""Twenty: the fewest a fit answers with unless used always (teach.gate.USED_FROM)."""
 STATE = "sudo shutdown -h now on the production database server"
 ROUTING = {"type": "choice", "instructions": "Which team should handle this support ticket?",
            "criteria": {"billing": None, "technical": None, "sales": None}}
@@ -89,7 +98,7 @@ def ask(client, questions, state=STATE, **extra):
 def test_a_fit_reports_its_figures(taught):
     fit = taught["fit"]
     assert fit["examples"] == len(EXAMPLES)
-    assert fit["examples_per_answer"] == {"no": 6, "yes": 6}
+    assert fit["examples_per_answer"] == {"no": 10, "yes": 10}
     for readout in ("taught", "zero_shot"):
         assert 0 <= fit[readout]["accuracy"] <= 1 and 0 <= fit[readout]["ece"] <= 1
     assert fit["hidden_size"] == 640 and fit["middle_size"] == 640 and fit["folds"] == 5

@@ -61,6 +61,7 @@ def test_a_fit_that_does_not_beat_zero_shot_is_ready_but_unused(open_door, monke
 def test_a_fit_that_beats_zero_shot_answers(open_door, monkeypatch):
     monkeypatch.setattr(gate_module, "GATE_STANDARD_ERRORS", -1e9)  # every fit passes
     monkeypatch.setattr(gate_module, "SHUFFLES", 0)  # ... both tests
+    monkeypatch.setattr(gate_module, "USED_FROM", 0)  # ... however few the examples
     used = teach(open_door)
     assert used["fit"]["gate"]["used"] is True
     assert answer(open_door)["x_taught"] == used["id"]

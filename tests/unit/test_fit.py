@@ -161,9 +161,9 @@ def test_a_fit_no_better_than_the_same_choice_on_shuffled_answers_is_not_used():
     """Past the margin, a fit on few examples must also beat what the same choice finds with
     the answers shuffled; that is asked only of a fit past the margin, and ``use: always``
     still answers with it."""
-    y = np.array([0, 1] * 5)
+    y = np.array([0, 1] * 10)
     good = np.where(np.eye(2)[y] == 1, 0.8, 0.2)
-    coin = np.full((10, 2), 0.5)
+    coin = np.full((20, 2), 0.5)
 
     def refuse() -> float:
         raise AssertionError("the noise test was asked of a fit below the margin")
@@ -175,6 +175,26 @@ def test_a_fit_no_better_than_the_same_choice_on_shuffled_answers_is_not_used():
     assert fit.gate(good, coin, y, noise=refuse, use="always")["used"] is True  # not asked
     above = fit.gate(good, coin, y, noise=lambda: 0.6)
     assert above["used"] is True and "shuffled" in above["reason"]
+
+
+def test_a_fit_on_fewer_than_twenty_examples_is_not_used_unless_always():
+    """Below ``USED_FROM`` examples a fit past both tests still does not answer (no test on
+    so few examples told the fits that help from those that hurt); the shuffles are not asked
+    of it, and ``use: always`` answers with it."""
+    y = np.array([0, 1] * 10)
+    good = np.where(np.eye(2)[y] == 1, 0.9, 0.1)
+    coin = np.full((20, 2), 0.5)
+
+    def refuse() -> float:
+        raise AssertionError("the noise test was asked of a fit with too few examples")
+
+    assert gate_module.USED_FROM == 20
+    assert fit.gate(good, coin, y, noise=lambda: 0.6)["used"] is True
+    few = fit.gate(good[:19], coin[:19], y[:19], noise=refuse)
+    assert few["used"] is False and "shuffled_log_loss" not in few
+    assert "19 examples" in few["reason"] and "from 20 on" in few["reason"]
+    assert few["reason"].startswith("answers stay zero-shot")
+    assert fit.gate(good[:10], coin[:10], y[:10], noise=refuse, use="always")["used"] is True
 
 
 def test_the_shuffles_are_the_same_for_the_same_examples_and_stop_at_forty():
