@@ -29,9 +29,10 @@ class TeachRequestSchema(OpenModel):
     from_labels: bool = Field(False, description="also fit on every label recorded for this "
                                                  "question (POST /v1/jobs/{id}/labels)")
     use: Literal["auto", "always"] = Field(
-        "auto", description="auto: answer only where the fit beats zero-shot on its examples "
-                            "and, below 40 examples, the same fit on their answers shuffled "
-                            "(the gate); always: answer with it anyway")
+        "auto", description="auto: answer only from 20 examples on, where the fit beats "
+                            "zero-shot on its examples and, below 40 examples, the same fit "
+                            "on their answers shuffled (the gate); always: answer with it "
+                            "anyway")
 
 
 class WaitField(BaseModel):
