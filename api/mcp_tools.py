@@ -101,8 +101,8 @@ TEACH = ToolSpec("teach", (
     "Teach a question (choice, noul or score) from labelled examples {state, answer}: a "
     "readout fitted on the model's hidden state, cross-validated against zero-shot. Once "
     "ready, it answers every later question with the same type, instructions and criteria "
-    "(where it beats zero-shot on its examples, and below 40 the same fit on their answers "
-    "shuffled, or use is always); teaching it again makes a "
+    "(from 20 examples on, where it beats zero-shot on its examples, and below 40 the same "
+    "fit on their answers shuffled, or use is always); teaching it again makes a "
     "new version. Answers the taught question, after waiting up to `wait` s for the fit; "
     "from_labels also fits on the labels recorded with `label`."),
     TeachArgumentsSchema, TaughtQuestionSchema)

@@ -266,8 +266,8 @@ def _fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
     dense = _dense_of(chosen.reads)
     kind, penalty, _, kinds = fits[dense]
     model = _fitted_model(vectors, y, k, fits, chosen)
-    held_out = _judged(vectors, y, k, kinds_tried, states) if GATE_READS_NESTED else (
-        chosen.out_of_fold)
+    held_out = (honest_out_of_fold(vectors, y, k, kinds_tried, states) if GATE_READS_NESTED
+                else chosen.out_of_fold)
     readout = replace(model.readout(taught_id, answers, model_identity),
                       uses_zero_shot=zero_shot is not None, reads=chosen.reads,
                       lexical=None if lexical is None or chosen.reads not in LEXICAL_READS
@@ -332,9 +332,9 @@ def learning_curve(vectors: dict[str, np.ndarray], y: np.ndarray, k: int, *, ord
     is (penalties and what it reads chosen by cross-validation within them; ``vectors``: the
     dense features, the hidden state's and the middle layer's), scored on all the other
     examples. With ``zero_shot``, each point also scores the zero-shot readout on them and the
-    answers served (``served``: the taught readout's where the gate's margin, judged on the
-    fitted examples alone, passes; else zero-shot's). The curve's gate is the margin alone:
-    the shuffles would cost ten choices a point."""
+    answers served (``served``: the taught readout's where the gate's count and margin, judged
+    on the fitted examples alone, pass; else zero-shot's). The curve's gate leaves out the
+    shuffles: they would cost ten choices a point."""
     points = []
     for size in CURVE_SIZES:
         if size >= len(y):

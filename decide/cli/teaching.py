@@ -244,9 +244,9 @@ def add_teach_parser(commands: Any, service_url: str | None) -> None:
     teach.add_argument("--per-question", type=whole_number("--per-question"),
                        help="only the first N examples of each question, answers in turn")
     teach.add_argument("--use", choices=("auto", "always"), default="auto",
-                       help="auto (default): a fit answers only where it beats zero-shot on "
-                            "its examples (and below 40, the same fit on shuffled answers); "
-                            "always: answer with it anyway")
+                       help="auto (default): a fit answers only from 20 examples on, where "
+                            "it beats zero-shot on its examples (and below 40, the same fit "
+                            "on shuffled answers); always: answer with it anyway")
     teach.add_argument("--holdout", metavar="HELD.jsonl",
                        help="after each fit, ask this file's items of the same question with "
                             "the fit and zero-shot, and print both scores")

@@ -44,9 +44,9 @@ MIDDLE_READS = (READS_MIDDLE, READS_MIDDLE_LEXICAL)
 SLOT_READS = (READS_SLOT, READS_SLOT_LEXICAL)
 LEXICAL_READS = (READS_LEXICAL, READS_BOTH, READS_MIDDLE_LEXICAL, READS_SLOT_LEXICAL)
 AUTO, ALWAYS = "auto", "always"
-"""A taught question's ``use``: answer only where its fit beats zero-shot on its examples, and
-below 40 examples the same fit on their answers shuffled (the gate, ``decide.teach.gate``), or
-always."""
+"""A taught question's ``use``: answer only from 20 examples on, where its fit beats zero-shot
+on its examples, and below 40 examples the same fit on their answers shuffled (the gate,
+``decide.teach.gate``), or always."""
 MIN_EXAMPLES_PER_ANSWER = 1
 """Every answer of a taught question needs at least this many examples."""
 MIN_EXAMPLES = 4
