@@ -96,6 +96,10 @@ class Settings(BaseSettings):
     """How long a runner may take to load its model and pass its probe: one silent that long
     after its start is killed and its start counted failed (tried again after a back-off);
     a decision waits that long for a runner starting again after a crash."""
+    runner_nice: int = Field(default=0, ge=0, le=19)
+    """The niceness a runner decodes at once its model is loaded and its probe passed (0 to
+    19): on a machine shared with other work, decoding then yields the CPU to the front door
+    and to other programs, and takes what they leave."""
     stall_seconds: float = Field(default=120.0, gt=0)
     """A decode whose runner sends no progress (a row begun, or the answer) for this long,
     plus 2 ms per byte of its request, is taken as hung: the runner is killed and the job takes

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from decide.core.taught import check_taught_identity
@@ -245,6 +246,16 @@ def _keep_off_standard_output() -> None:
         pass
 
 
+def _decode_at_niceness(nice: int) -> None:
+    """Every thread of this process at ``nice`` (``DECIDE_RUNNER_NICE``): Linux keeps a
+    niceness per thread, and llama.cpp's threads exist since the probe; threads made later
+    take their maker's."""
+    tasks = Path("/proc/self/task")
+    for tid in ([int(name) for name in os.listdir(tasks)] if tasks.is_dir() else [0]):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m decide.runner.child")
     parser.add_argument("--fd", type=int, required=True, help="the socket to the worker")
@@ -264,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         connection.send(("failed", f"{type(error).__name__}: {error}"))
         return 1
     connection.send(("ready", info))
+    if settings.runner_nice:
+        _decode_at_niceness(settings.runner_nice)
     try:
         server.serve()
     except (EOFError, OSError):  # the worker went away

@@ -92,9 +92,13 @@ def shown(case) -> str:
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory):
     """One key, wide lanes (no 503), a 2-second sync wait, a 500-row queue quota per key and
-    one decoding thread, so the backlog valid cases leave stays small and leaves a core."""
+    one decoding thread at the lowest priority, so the backlog valid cases leave stays small
+    and is decoded with the CPU the rest of the suite leaves (the fuzz judges the front door;
+    at full speed its runner took a core for the whole run). A decode may then go minutes
+    without a row: no stall is judged a hang."""
     server = Server(tmp_path_factory.mktemp("fuzz-server"), {
         "DECIDE_API_KEYS": KEY, "DECIDE_SYNC_WAIT_SECONDS": "2", "DECIDE_THREADS": "1",
+        "DECIDE_RUNNER_NICE": "19", "DECIDE_STALL_SECONDS": "3600",
         "DECIDE_KEY_QUEUED_ROWS": "500", "DECIDE_FOREGROUND_LANE_ROWS": "1000000",
         "DECIDE_BACKGROUND_LANE_ROWS": "1000000"})
     yield server

@@ -35,9 +35,13 @@ def installed_library_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "lib"
 
 
+NICE = 3
+"""The module's runner decodes at this niceness (``DECIDE_RUNNER_NICE``)."""
+
+
 @pytest.fixture(scope="module")
 def runner():
-    made = Runner(Settings())
+    made = Runner(Settings(runner_nice=NICE))
     made.start()
     assert made.wait_ready(300), made.problem
     yield made
@@ -49,6 +53,22 @@ def test_a_runner_answers_with_the_same_bits_as_the_engine_in_process(runner, de
     through_runner = runner.decide(runner.info["model"], request).to_wire()
     in_process = default_engine.engine.decide(request).to_wire()
     assert through_runner == {**in_process, "x_build": runner.build.name}  # says its build
+
+
+def niceness(pid: int, tid: int) -> int:
+    """A thread's niceness: field 19 of its ``stat`` (after the command's closing paren)."""
+    stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[16])
+
+
+def test_every_thread_of_the_runner_decodes_at_its_niceness(runner):
+    """Linux keeps a niceness per thread: llama.cpp's threads, made by the probe before the
+    runner yields, are reniced too, and the worker keeps its own."""
+    runner.decide(runner.info["model"], parse_request({**PROBE_REQUEST, "state": "niced"}))
+    pid = runner.info["pid"]
+    threads = [int(name) for name in os.listdir(f"/proc/{pid}/task")]
+    assert threads and {niceness(pid, tid) for tid in threads} == {NICE}
+    assert niceness(os.getpid(), os.getpid()) == os.nice(0) != NICE
 
 
 def test_a_stop_before_a_row_reaches_the_caller_and_the_runner_keeps_serving(runner):
