@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-KEPT_AT_MOST = 32
+KEPT_AT_MOST = 16
 """Facts kept at most; the oldest go first (test suites and upgrades leave files behind)."""
 
 
