@@ -12,6 +12,7 @@ import redis
 
 from decide.transport.broker import Broker
 from tests.slow_work import distinct_nouls
+from tests.support.local import LocalCluster
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.model
@@ -52,6 +53,36 @@ def assert_exactly_once(cluster, client, batch_id: str, count: int,
     assert usage_rows == count  # usage recorded once per job
 
 
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory):
+    """One worker of the default model and a front door, for the tests that leave them as
+    they found them (the API or Redis restarted, not a worker killed): a cluster's start took
+    10 to 19 s of each test."""
+    made = LocalCluster(tmp_path_factory.mktemp("delivery-cluster"))
+    made.start_worker()
+    made.start_api()
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def cluster(shared_cluster):
+    """The shared cluster, left idle for the next test."""
+    yield shared_cluster
+    wait_until(lambda: shared_cluster.scalar(
+        "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')") == 0, 120,
+        what="the shared cluster's jobs never ended")
+
+
+@pytest.fixture
+def own_cluster(cluster_factory):
+    """A cluster of the test's own, for a test that kills its worker."""
+    made = cluster_factory()
+    made.start_worker()
+    made.start_api()
+    return made
+
+
 def test_a_batch_completes_and_a_redelivered_job_is_not_decoded_again(cluster):
     with cluster.client() as client:
         batch_id = submit_batch(client, 30)
@@ -71,7 +102,8 @@ def test_a_batch_completes_and_a_redelivered_job_is_not_decoded_again(cluster):
         assert sync.status_code == 200 and sync.headers["x-job-id"]
 
 
-def test_sigkill_of_the_worker_mid_batch(cluster):
+def test_sigkill_of_the_worker_mid_batch(own_cluster):
+    cluster = own_cluster
     with cluster.client() as client:
         batch_id = submit_batch(client, 40)
         cluster.wait_succeeded(batch_id, 8)
@@ -204,8 +236,10 @@ def test_cancel_reaches_the_worker_running_the_job(cluster):
         assert time.monotonic() - started < 8
 
 
-def test_ready_follows_the_only_worker_of_a_model(cluster):
+def test_ready_follows_the_only_worker_of_a_model(own_cluster):
     import httpx
+
+    cluster = own_cluster
 
     def ready() -> bool:
         return httpx.get(f"{cluster.url}/ready", timeout=10).status_code == 200
