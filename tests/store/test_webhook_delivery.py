@@ -302,7 +302,7 @@ def test_a_try_that_fails_in_an_unforeseen_way_is_recorded_as_a_failed_try():
     def broken(*args, **kwargs):
         raise RuntimeError("something nobody foresaw")
 
-    sender._client.stream = broken  # type: ignore[method-assign]
+    sender._http().stream = broken  # type: ignore[method-assign]
     try:
         sent = sender.send("http://hooks.example/in", endpoints.new_secret(), "msg_1", "{}")
     finally:
@@ -313,7 +313,7 @@ def test_a_try_that_fails_in_an_unforeseen_way_is_recorded_as_a_failed_try():
 
 def test_no_connection_is_kept_alive_for_another_host_at_the_same_address():
     sender = Sender(LOOPBACK, 1.0)
-    pool = sender._client._transport._pool  # type: ignore[attr-defined]
+    pool = sender._http()._transport._pool  # type: ignore[attr-defined]
     assert pool._max_keepalive_connections == 0
     sender.close()
 
