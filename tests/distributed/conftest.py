@@ -23,9 +23,15 @@ def cluster_factory(tmp_path):
 
 
 @pytest.fixture
-def cluster(cluster_factory):
-    """One worker of the default model and a front door."""
+def own_cluster(cluster_factory):
+    """One worker of the default model and a front door, the test's own."""
     made = cluster_factory()
     made.start_worker()
     made.start_api()
     return made
+
+
+@pytest.fixture
+def cluster(own_cluster):
+    """A test's cluster (a file may share one among tests that leave it as they found it)."""
+    return own_cluster

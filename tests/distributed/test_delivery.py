@@ -74,15 +74,6 @@ def cluster(shared_cluster):
         what="the shared cluster's jobs never ended")
 
 
-@pytest.fixture
-def own_cluster(cluster_factory):
-    """A cluster of the test's own, for a test that kills its worker."""
-    made = cluster_factory()
-    made.start_worker()
-    made.start_api()
-    return made
-
-
 def test_a_batch_completes_and_a_redelivered_job_is_not_decoded_again(cluster):
     with cluster.client() as client:
         batch_id = submit_batch(client, 30)
