@@ -30,9 +30,10 @@ TOLERANCE = 0.02
 CLEAR_GAP = 0.05
 """Where the exact answer's top two are further apart than this, the pick must agree."""
 CPU_LABEL_TOLERANCE = 0.15
-"""The label readout's bound on the CPU backend: 0.085 measured on these tickets (Intel Xeon,
-x86-64-v4 build); another CPU's kernels move it somewhat, so the bound leaves room. A plan
-that let a row see another's cells would move answers far more."""
+"""The label readout's bound on the CPU backend: 0.085 measured on all six tickets (Intel
+Xeon, x86-64-v4 build), 0.053 on the three the test reads (AMD EPYC, x86-64-v3); another CPU's
+kernels move it somewhat, so the bound leaves room. A plan that let a row see another's cells
+would move answers far more."""
 
 TOGETHER_TOLERANCE = 0.1
 """The option readout's bound together against exact on the CPU backend: 0.062 measured here.
@@ -101,7 +102,10 @@ def test_batched_answers_alone_and_together_keep_the_gpu_contract_against_exact(
     profile = (dataclasses.replace(default_engine.engine.profile, readout=OPTION_READOUT)
                if readout == "option" else Profile())
     exact_engine, batched_engine = engines(default_engine, batched_reader, profile)
-    requests = [parse_request({"state": ticket, "questions": QUESTIONS}) for ticket in TICKETS]
+    # a label row's full-vocabulary logits cost about 0.6 s a decode on 2 cores: half the
+    # tickets hold the label readout to its looser bound at a third of the time
+    tickets = TICKETS if readout == "option" else TICKETS[:3]
+    requests = [parse_request({"state": ticket, "questions": QUESTIONS}) for ticket in tickets]
     exact = [exact_engine.decide(request).to_wire() for request in requests]
     together = batched_engine.decide_together(requests)
     assert all(decision.decoding == "batched" for decision in together)
@@ -111,7 +115,7 @@ def test_batched_answers_alone_and_together_keep_the_gpu_contract_against_exact(
               else {"alone": CPU_LABEL_TOLERANCE, "together": CPU_LABEL_TOLERANCE})
     for way, found in answers.items():
         worst = 0.0
-        for ticket, wanted, got in zip(TICKETS, exact, found, strict=True):
+        for ticket, wanted, got in zip(tickets, exact, found, strict=True):
             largest, flipped = compare(wanted, got)
             if readout == "option":
                 assert flipped == [], (way, ticket, flipped)
