@@ -52,7 +52,14 @@ class Timed:
 
 
 def submit_foreground(caller, timed: Timed, number: int, accepted: list[str]) -> None:
+    """Even callers submit a foreground job (timed), odd ones make a sync call: it waits in
+    the front door's thread pool for Redis, then for its answer."""
     with caller:
+        if number % 2:
+            caller.post("/v1/systemone", json={"state": f"stalled call {number}",
+                                               "questions": distinct_nouls(1)})
+            return
+
         def post():
             response = caller.post("/v1/jobs", json={
                 "state": f"stalled call {number}", "questions": distinct_nouls(1),
@@ -65,10 +72,11 @@ def submit_foreground(caller, timed: Timed, number: int, accepted: list[str]) ->
 
 @pytest.mark.model
 def test_reads_and_submissions_answer_within_a_bound_while_redis_stalls(cluster):
-    """``DEBUG SLEEP`` with 60 foreground submissions in flight: ``/health`` under 250 ms;
-    a job, the list, a long poll and ``/ready`` (503) within 2 s; each submission accepted
-    within 3 s (the quota skipped and logged, the job left to the delivery loop); after the
-    stall every job succeeds."""
+    """``DEBUG SLEEP`` with 60 foreground calls in flight (30 submissions, 30 sync calls:
+    together they fill the front door's thread pool waiting on Redis): ``/health``, answered
+    on the event loop, under 250 ms; a job, the list, a long poll and ``/ready`` (503) within
+    2 s; each submission accepted within 3 s (the quota skipped and logged, the job left to
+    the delivery loop); after the stall every job succeeds."""
     assert cluster.own_redis is not None, "redis-server is needed (.ci/run installs it)"
     timed = Timed()
     accepted: list[str] = []
@@ -109,12 +117,12 @@ def test_reads_and_submissions_answer_within_a_bound_while_redis_stalls(cluster)
     for read in ("GET /v1/jobs/{id}", "GET /v1/jobs", "GET /v1/jobs/{id}?wait", "/ready"):
         assert slowest[read] < READ_BOUND_SECONDS, slowest
     assert slowest["POST /v1/jobs"] < POST_BOUND_SECONDS, slowest
-    assert len(accepted) == CALLERS
+    assert len(accepted) == CALLERS // 2
     front_door = "".join(path.read_text() for path in cluster.root.glob("serve-*.log"))
     assert "the per-minute quota is not checked" in front_door
     deadline = time.monotonic() + 120
     while cluster.scalar("SELECT count(*) FROM jobs WHERE id = ANY(:ids) AND status = "
-                         "'succeeded'", ids=accepted) < CALLERS:
+                         "'succeeded'", ids=accepted) < len(accepted):
         assert time.monotonic() < deadline, f"jobs accepted in the stall never ran\n" \
                                             f"{cluster.logs()}"
         time.sleep(0.2)
