@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 
-from decide.core.profile import OPTION_READOUT, Profile
+from decide.core.profile import OPTION_READOUT
 from decide.core.protocol import parse_request
 from decide.llm.reader import LlamaReader
 from tests.model.test_batched_plan import (
@@ -112,7 +112,8 @@ def test_a_request_too_large_for_a_round_is_read_alone_beside_the_others(default
 
 def test_before_row_can_stop_a_read_together_and_nothing_is_left_behind(default_engine,
                                                                         batched_reader):
-    _, engine = engines(default_engine, batched_reader, Profile())
+    profile = dataclasses.replace(default_engine.engine.profile, readout=OPTION_READOUT)
+    _, engine = engines(default_engine, batched_reader, profile)
     asked = []
     first = engine.decide_together(requests(SHORT), lambda: asked.append(1))
     assert asked
