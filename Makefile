@@ -41,12 +41,14 @@ lint: install
 # Stops at once, naming what to install, where a tool or service the tests use is missing.
 # The suite runs in TEST_PROCESSES processes (pytest-xdist), each test file whole in one of
 # them (its module's servers started once); every test makes its own databases, ports and
-# folders, so they are independent. The few that measure a latency against a bound (the
-# `serial` marker) run after the others, alone, so that what they time is the service.
+# folders, so they are independent. The files go out in the order tests/conftest.py gives
+# them (the most `slow` tests first); xdist would otherwise re-sort them by their test counts.
+# The few that measure a latency against a bound (the `serial` marker) run after the others,
+# alone, so that what they time is the service.
 TEST_PROCESSES ?= 3
 test: lint
 	$(PY) -m tests.preflight
-	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile -m "not serial"
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder -m "not serial"
 	$(PY) -m pytest -m serial
 
 # The in-process tiers alone (tests/unit and tests/app, pytest's `unit` and `app` markers):
