@@ -1,6 +1,6 @@
 """One key's long foreground request never holds another key's sync call (issue 35, item 1),
 through a real ``decide serve`` and its runner: key A's rerank of many documents is one
-foreground job of about 15 s here; key B's sync call, sent while it decodes, is answered
+foreground job of about 10 s here; key B's sync call, sent while it decodes, is answered
 within a few seconds (it runs between two of A's rows), and A's
 rerank still finishes with every document scored."""
 
@@ -17,9 +17,10 @@ pytestmark = pytest.mark.model
 KEYS = ("key-long", "key-short")
 DOCUMENTS = [f"Article {index}: our store ships parcel number {index * 7919} within five "
              f"working days; returns of item {index} are free for thirty days, and the "
-             f"refund reaches card ending {1000 + index} within a week." for index in range(120)]
-"""About 15 s of decoding here: long enough that B's call lands inside it (checked: A is still
-running when B is answered), short enough to keep the serial tier short."""
+             f"refund reaches card ending {1000 + index} within a week." for index in range(80)]
+"""About 10 s of decoding here (120 documents took 15 s): long enough that B's call lands
+inside it (checked: A is still running when B is answered), short enough to keep the serial
+tier short."""
 B_BOUND_SECONDS = 10.0
 """B's call waits for one of A's rows, then its own decode (a fraction of a second): the bound
 leaves room for a busy host, and A's rerank alone takes far longer."""
