@@ -67,6 +67,11 @@ QUESTIONS = {
 }
 
 
+def option_readout(default_engine) -> Profile:
+    """The embedded default's profile, read by its options (``OPTION_READOUT``)."""
+    return dataclasses.replace(default_engine.engine.profile, readout=OPTION_READOUT)
+
+
 def engines(default_engine, batched_reader, profile: Profile) -> tuple[DecisionEngine, ...]:
     tokenizer = GgufTokenizer(default_engine.model)
     window = default_engine.engine.context_window
@@ -99,8 +104,7 @@ def test_batched_answers_alone_and_together_keep_the_gpu_contract_against_exact(
         default_engine, batched_reader, readout):
     """Each ticket by the batched plan alone, and all of them decoded together (batches
     across jobs, ``llm.together``), against the exact answers decoded once for both."""
-    profile = (dataclasses.replace(default_engine.engine.profile, readout=OPTION_READOUT)
-               if readout == "option" else Profile())
+    profile = option_readout(default_engine) if readout == "option" else Profile()
     exact_engine, batched_engine = engines(default_engine, batched_reader, profile)
     # a label row's full-vocabulary logits cost about 0.6 s a decode on 2 cores: half the
     # tickets hold the label readout to its looser bound at a third of the time

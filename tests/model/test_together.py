@@ -8,11 +8,8 @@ beside the batched plan alone, against exact answers decoded once for both
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from decide.core.profile import OPTION_READOUT
 from decide.core.protocol import parse_request
 from decide.llm.reader import LlamaReader
 from tests.model.test_batched_plan import (
@@ -21,6 +18,7 @@ from tests.model.test_batched_plan import (
     TOGETHER_TOLERANCE,
     compare,
     engines,
+    option_readout,
 )
 from tests.slow_work import distinct_nouls
 
@@ -37,7 +35,7 @@ def test_a_request_answers_the_same_among_any_companions(default_engine, batched
     """Its sequences hold its own state only: the same request with other companions, or
     with none, moves only by the order in which the kernels sum (here, on the CPU, within
     ``TOGETHER_TOLERANCE``; a row that saw another request's state would move far more)."""
-    profile = dataclasses.replace(default_engine.engine.profile, readout=OPTION_READOUT)
+    profile = option_readout(default_engine)
     _, engine = engines(default_engine, batched_reader, profile)
     every = requests(SHORT)
     first = engine.decide_together(every)[0].to_wire()
@@ -59,7 +57,7 @@ def test_together_takes_far_fewer_decodes_than_one_request_after_another(default
                                                                          batched_reader,
                                                                          monkeypatch):
     # the option readout: the label readout's full-vocabulary rows made this test 13 s
-    profile = dataclasses.replace(default_engine.engine.profile, readout=OPTION_READOUT)
+    profile = option_readout(default_engine)
     _, engine = engines(default_engine, batched_reader, profile)
     calls = [0]
     run = batched_reader._run
@@ -90,7 +88,7 @@ def test_a_request_too_large_for_a_round_is_read_alone_beside_the_others(default
     monkeypatch.setattr("decide.llm.reader.OPTION_SEQUENCES", 24)
     narrow = LlamaReader(default_engine.model, context_size=default_engine.reader.context_size,
                          threads=default_engine.reader.threads, batched=True)
-    profile = dataclasses.replace(default_engine.engine.profile, readout=OPTION_READOUT)
+    profile = option_readout(default_engine)
     _, engine = engines(default_engine, narrow, profile)
     wide = distinct_nouls(30)
     mixed = [parse_request({"state": TICKETS[0], "questions": SHORT}),
@@ -112,7 +110,7 @@ def test_a_request_too_large_for_a_round_is_read_alone_beside_the_others(default
 
 def test_before_row_can_stop_a_read_together_and_nothing_is_left_behind(default_engine,
                                                                         batched_reader):
-    profile = dataclasses.replace(default_engine.engine.profile, readout=OPTION_READOUT)
+    profile = option_readout(default_engine)
     _, engine = engines(default_engine, batched_reader, profile)
     asked = []
     first = engine.decide_together(requests(SHORT), lambda: asked.append(1))
