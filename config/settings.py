@@ -96,6 +96,12 @@ class Settings(BaseSettings):
     """How long a runner may take to load its model and pass its probe: one silent that long
     after its start is killed and its start counted failed (tried again after a back-off);
     a decision waits that long for a runner starting again after a crash."""
+    runner_warm_reads: bool = True
+    """Whether a runner, before it says it is ready, also decodes its probe from inside a read
+    of it and as a taught read, making the contexts those reads decode in: the first call let
+    in beside a long job and the first taught answer then cost what later ones do. Off, each
+    start is about a second of CPU shorter (2 cores) and those first reads pay for their
+    contexts instead (the test suite's setting, whose runners start about a hundred times)."""
     runner_nice: int = Field(default=0, ge=0, le=19)
     """The niceness a runner decodes at once its model is loaded and its probe passed (0 to
     19): on a machine shared with other work, decoding then yields the CPU to the front door

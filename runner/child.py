@@ -98,6 +98,8 @@ class _Server:
         self._settings = settings
         self._catalog = load_catalog(settings)
         self._loaded: dict[str, Any] = {}
+        self._taught_ready: set[str] = set()
+        """Models whose taught reads are ready (``_ready_to_read_taught``)."""
 
     def engine_for(self, model: str) -> Any:
         from decide.llm.decoding import load_decoding_engine
@@ -125,8 +127,10 @@ class _Server:
                                          and "LLAMA_CPP_LIB_PATH" in os.environ):
             _segfault()
         probe = run_probe(engine)
-        probe["nested_warm_ms"] = warm_nested_reads(engine)
-        taught_ms = self._ready_to_read_taught(name, gguf_path(config, self._settings))
+        taught_ms = None
+        if self._settings.runner_warm_reads:
+            probe["nested_warm_ms"] = warm_nested_reads(engine)
+            taught_ms = self._ready_to_read_taught(name)
         return {"model": name, "path": str(gguf_path(config, self._settings)),
                 "load_ms": round(loaded_ms, 1), "taught_ready_ms": taught_ms,
                 "pid": os.getpid(),
@@ -134,16 +138,20 @@ class _Server:
                 **build_info(),
                 **host_info(), **probe}
 
-    def _ready_to_read_taught(self, model: str, path: Any) -> float:
+    def _ready_to_read_taught(self, model: str) -> float:
         """What a taught answer or a fit needs once per process, made before the runner says
         it is ready (about a second on 2 cores), so the first one after a start costs what
         later ones do: the file's identity, and the head rows that give the hidden state
         back (``llm.hidden``; a model whose head cannot be read is taught nothing), and the
-        contexts taught reads decode in (the probe read as a taught question's is)."""
+        contexts taught reads decode in (the probe read as a taught question's is). With
+        ``DECIDE_RUNNER_WARM_READS`` off, made before the first request that needs it."""
         from decide.core.errors import DecideError
+        from decide.llm.catalog import gguf_path
         from decide.llm.hidden import HiddenProjection, HiddenStateUnavailable
         from decide.runner.probe import warm_taught_reads
 
+        self._taught_ready.add(model)
+        path = gguf_path(self._catalog.get(model), self._settings)
         started = time.perf_counter()
         self.identity(model)
         with contextlib.suppress(HiddenStateUnavailable, OSError):
@@ -187,6 +195,8 @@ class _Server:
         def decision() -> Any:
             engine = self.engine_for(model)
             if request.taught or request.hidden_for:
+                if model not in self._taught_ready:
+                    self._ready_to_read_taught(model)
                 identity = self.identity(model)
                 check_taught_identity(request, model, identity)
             decided = engine.decide(request, self._before_row)

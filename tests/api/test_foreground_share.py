@@ -11,6 +11,7 @@ import time
 import pytest
 
 from tests.api.conftest import Server
+from tests.support.local import WARM_RUNNERS
 
 pytestmark = pytest.mark.model
 
@@ -29,7 +30,8 @@ NOUL = {"type": "noul", "instructions": "Does the customer ask for a refund?"}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    served = Server(tmp_path_factory.mktemp("share-server"), {"DECIDE_API_KEYS": ",".join(KEYS)})
+    served = Server(tmp_path_factory.mktemp("share-server"),
+                    {"DECIDE_API_KEYS": ",".join(KEYS), **WARM_RUNNERS})
     yield served
     served.stop()
 

@@ -13,7 +13,7 @@ import statistics
 import pytest
 
 from tests.api.conftest import KEYS, Server
-from tests.support.local import taught_when_done
+from tests.support.local import WARM_RUNNERS, taught_when_done
 
 pytestmark = pytest.mark.model
 
@@ -158,7 +158,7 @@ def test_the_first_taught_answer_after_a_restart_costs_what_later_ones_do(tmp_pa
     """The runner makes what a taught answer needs once (the file's identity, the head rows
     that give the hidden state back) before it says it is ready, and the front door hashes
     the file as it starts: before, the first taught answer paid about a second more here."""
-    env = {"DECIDE_API_KEYS": ",".join(KEYS)}
+    env = {"DECIDE_API_KEYS": ",".join(KEYS), **WARM_RUNNERS}
     server = Server(tmp_path, env)
     try:
         with server.client(ALPHA) as client:

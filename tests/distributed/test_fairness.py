@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from tests.support.local import WARM_RUNNERS
+
 pytestmark = pytest.mark.model
 
 KEYS = ("key-flood", "key-other")
@@ -66,7 +68,7 @@ def test_another_keys_sync_call_passes_a_long_foreground_rerank(cluster_factory)
     few seconds, where it used to wait for the whole rerank."""
     from tests.api.test_foreground_share import B_BOUND_SECONDS, DOCUMENTS
 
-    cluster = cluster_factory(DECIDE_API_KEYS=",".join(KEYS))
+    cluster = cluster_factory(DECIDE_API_KEYS=",".join(KEYS), **WARM_RUNNERS)
     cluster.start_worker()
     cluster.start_api()
     a = {"Authorization": f"Bearer {KEYS[0]}"}

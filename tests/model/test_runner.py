@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,8 @@ NICE = 3
 
 @pytest.fixture(scope="module")
 def runner():
-    made = Runner(Settings(runner_nice=NICE))
+    """A runner started as an operator's is: its warm reads made before it says ready."""
+    made = Runner(Settings(runner_nice=NICE, runner_warm_reads=True))
     made.start()
     assert made.wait_ready(300), made.problem
     yield made
@@ -53,6 +55,66 @@ def test_a_runner_answers_with_the_same_bits_as_the_engine_in_process(runner, de
     through_runner = runner.decide(runner.info["model"], request).to_wire()
     in_process = default_engine.engine.decide(request).to_wire()
     assert through_runner == {**in_process, "x_build": runner.build.name}  # says its build
+
+
+def test_a_runner_makes_its_nested_and_taught_contexts_before_it_says_ready(runner):
+    assert runner.info["nested_warm_ms"] > 0 and runner.info["taught_ready_ms"] > 0
+
+
+def test_a_runner_without_warm_reads_makes_taught_reads_ready_when_first_asked(default_engine):
+    """``DECIDE_RUNNER_WARM_READS=false`` (the suite's setting): the start skips both warm
+    reads, and the first request that reads the hidden state makes what taught reads need
+    first; its answer is the one the engine gives in-process."""
+    lazy = Runner(Settings(runner_warm_reads=False))
+    lazy.start()
+    try:
+        assert lazy.wait_ready(300), lazy.problem
+        assert lazy.info["taught_ready_ms"] is None and "nested_warm_ms" not in lazy.info
+        request = replace(parse_request(PROBE_REQUEST), hidden_for=frozenset({"refund"}))
+        through_runner = lazy.decide(lazy.info["model"], request)
+        in_process = default_engine.engine.decide(request)
+        assert through_runner.model_identity
+        assert through_runner.hidden == in_process.hidden and through_runner.hidden["refund"]
+        assert through_runner.to_wire()["answers"] == in_process.to_wire()["answers"]
+    finally:
+        lazy.stop()
+
+
+class ScriptedPipe:
+    """The worker's end of a runner's socket, in-process: every message kept, every row let go."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple] = []
+
+    def send(self, message: tuple) -> None:
+        self.sent.append(message)
+
+    def recv(self) -> tuple:
+        return ("go",)
+
+
+def test_without_warm_reads_the_first_hidden_state_read_finds_an_unreadable_middle_first(
+        monkeypatch):
+    """What the warm start finds out about a model (here: its middle layer cannot be read, so
+    taught reads go without it) is found out before the first read that needs it."""
+    from decide.runner import child, probe
+
+    def unreadable(_engine) -> None:
+        raise RuntimeError("no middle layer in this build")
+
+    monkeypatch.setattr(probe, "warm_taught_reads", unreadable)
+    pipe = ScriptedPipe()
+    server = child._Server(pipe, Settings(runner_warm_reads=False))
+    try:
+        model = server.start(None)["model"]
+        assert server._loaded[model].reader.reads_middle  # nothing checked at the start
+        server.decide(model, replace(parse_request(PROBE_REQUEST),
+                                     hidden_for=frozenset({"refund"})))
+        kind, decision = pipe.sent[-1]
+        assert kind == "done" and decision.hidden["refund"] and decision.model_identity
+        assert server._loaded[model].reader.reads_middle is False
+    finally:
+        server.close()
 
 
 def niceness(pid: int, tid: int) -> int:

@@ -28,6 +28,9 @@ POSTGRES_ADMIN = os.environ.get("DECIDE_TEST_POSTGRES", "postgresql://postgres@1
 SHARED_REDIS_URL = os.environ.get("DECIDE_TEST_REDIS", "redis://127.0.0.1:6379/11")
 """Where a cluster's broker lives when this machine has no ``redis-server`` to start one of its
 own: one database number of a shared server, flushed alone (never FLUSHALL)."""
+WARM_RUNNERS = {"DECIDE_RUNNER_WARM_READS": "true"}
+"""Runners that make their nested and taught contexts before they say ready, as an operator's
+do (the suite turns that off in ``tests/conftest.py``): for tests that time a first call."""
 
 
 def await_ready(url: str, seconds: float = 120, gone: Callable[[], bool] = lambda: False
