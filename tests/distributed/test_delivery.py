@@ -96,8 +96,13 @@ def test_a_batch_completes_and_a_redelivered_job_is_not_decoded_again(cluster):
         assert sync.status_code == 200 and sync.headers["x-job-id"]
 
 
-def test_sigkill_of_the_worker_mid_batch(own_cluster):
-    cluster = own_cluster
+def test_sigkill_of_the_worker_mid_batch_decoding_jobs_together(cluster_factory):
+    """The worker decodes up to four of the batch's jobs together (issue 36, item 3: the GPU's
+    default, forced on the CPU): a kill mid-group puts every member back, and each is decoded
+    again once (one at a time, the exact plan: ``test_attempts``, ``test_faults``)."""
+    cluster = cluster_factory(DECIDE_DECODE_TOGETHER="4", DECIDE_DECODE_PLAN="batched")
+    cluster.start_worker()
+    cluster.start_api()
     with cluster.client() as client:
         batch_id = submit_batch(client, BATCH_ITEMS)
         cluster.wait_succeeded(batch_id, 8)
@@ -107,6 +112,7 @@ def test_sigkill_of_the_worker_mid_batch(own_cluster):
         cluster.workers[0].wait()
         interrupted = running | {row[0] for row in cluster.rows(
             "SELECT id FROM jobs WHERE batch_id = :b AND status = 'running'", b=batch_id)}
+        assert len(interrupted) >= 2, interrupted  # the kill landed on a group (4 seen)
         cluster.start_worker()
         assert_exactly_once(cluster, client, batch_id, BATCH_ITEMS, interrupted)
 
