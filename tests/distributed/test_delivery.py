@@ -103,16 +103,19 @@ def test_sigkill_of_the_worker_mid_batch_decoding_jobs_together(cluster_factory)
     cluster = cluster_factory(DECIDE_DECODE_TOGETHER="4", DECIDE_DECODE_PLAN="batched")
     cluster.start_worker()
     cluster.start_api()
+    def running() -> set[str]:
+        return {row[0] for row in cluster.rows(
+            "SELECT id FROM jobs WHERE batch_id = :b AND status = 'running'", b=batch_id)}
+
     with cluster.client() as client:
         batch_id = submit_batch(client, BATCH_ITEMS)
         cluster.wait_succeeded(batch_id, 8)
-        running = {row[0] for row in cluster.rows(
-            "SELECT id FROM jobs WHERE batch_id = :b AND status = 'running'", b=batch_id)}
+        # killed while a group decodes (between two groups, the kill would interrupt nothing)
+        group = wait_until(lambda: len(now := running()) >= 2 and now, 60,
+                           what=lambda: f"no group of two or more ran\n{cluster.logs()}")
         cluster.workers[0].send_signal(signal.SIGKILL)
         cluster.workers[0].wait()
-        interrupted = running | {row[0] for row in cluster.rows(
-            "SELECT id FROM jobs WHERE batch_id = :b AND status = 'running'", b=batch_id)}
-        assert len(interrupted) >= 2, interrupted  # the kill landed on a group (4 seen)
+        interrupted = group | running()
         cluster.start_worker()
         assert_exactly_once(cluster, client, batch_id, BATCH_ITEMS, interrupted)
 
