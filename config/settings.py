@@ -100,9 +100,10 @@ class Settings(BaseSettings):
     """Whether a runner, before it says it is ready, also decodes its probe from inside a read
     of it and as a taught read, making the contexts those reads decode in: the first call let
     in beside a long job and the first taught answer then cost what later ones do. Off, a start
-    takes about 0.7 s of CPU less and half the memory (1.7 against 2.4 CPU-seconds, 0.65
-    against 1.25 GB resident, 2 cores) and those first reads pay for their contexts instead
-    (the test suite's setting, whose runners start about a hundred times)."""
+    takes about 0.7 s of CPU less (1.7 against 2.4 CPU-seconds, 2 cores) and half the memory
+    until the first nested or taught read; the nested read's check of a faster build's numbers
+    is skipped, and those first reads pay for what they need instead (the test suite's
+    setting, whose runners start about a hundred times)."""
     runner_nice: int = Field(default=0, ge=0, le=19)
     """The niceness a runner decodes at once its model is loaded and its probe passed (0 to
     19): on a machine shared with other work, decoding then yields the CPU to the front door

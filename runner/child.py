@@ -127,7 +127,7 @@ class _Server:
                                          and "LLAMA_CPP_LIB_PATH" in os.environ):
             _segfault()
         probe = run_probe(engine)
-        taught_ms = None
+        probe["nested_warm_ms"] = taught_ms = None
         if self._settings.runner_warm_reads:
             probe["nested_warm_ms"] = warm_nested_reads(engine)
             taught_ms = self._ready_to_read_taught(name)
@@ -150,7 +150,6 @@ class _Server:
         from decide.llm.hidden import HiddenProjection, HiddenStateUnavailable
         from decide.runner.probe import warm_taught_reads
 
-        self._taught_ready.add(model)
         path = gguf_path(self._catalog.get(model), self._settings)
         started = time.perf_counter()
         self.identity(model)
@@ -164,6 +163,7 @@ class _Server:
                 self._loaded[model].reader.reads_middle = False
                 print(f"model {model!r}: its middle layer cannot be read ({error}); taught "
                       "questions read its final hidden state and words only", file=sys.stderr)
+        self._taught_ready.add(model)  # only once all of it is made: a failure is tried again
         return round((time.perf_counter() - started) * 1000, 1)
 
     def serve(self) -> None:

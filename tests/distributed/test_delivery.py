@@ -103,6 +103,7 @@ def test_sigkill_of_the_worker_mid_batch_decoding_jobs_together(cluster_factory)
     cluster = cluster_factory(DECIDE_DECODE_TOGETHER="4", DECIDE_DECODE_PLAN="batched")
     cluster.start_worker()
     cluster.start_api()
+
     def running() -> set[str]:
         return {row[0] for row in cluster.rows(
             "SELECT id FROM jobs WHERE batch_id = :b AND status = 'running'", b=batch_id)}
@@ -118,6 +119,9 @@ def test_sigkill_of_the_worker_mid_batch_decoding_jobs_together(cluster_factory)
         interrupted = group | running()
         cluster.start_worker()
         assert_exactly_once(cluster, client, batch_id, BATCH_ITEMS, interrupted)
+    put_back = cluster.scalar("SELECT count(*) FROM jobs WHERE batch_id = :b AND "
+                              "decode_runs = 2", b=batch_id)
+    assert put_back >= 2, put_back  # a group was interrupted, put back and decoded again
 
 
 def test_flushall_on_redis_mid_batch(cluster):

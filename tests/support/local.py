@@ -49,6 +49,7 @@ def await_ready(url: str, seconds: float = 120, gone: Callable[[], bool] = lambd
 
 
 def database_url(admin_url: str, database: str) -> str:
+    """SQLAlchemy's URL of ``database`` on the server at ``admin_url`` (by psycopg 3)."""
     return f"{admin_url.replace('postgresql://', 'postgresql+psycopg://')}/{database}"
 
 
@@ -63,7 +64,8 @@ _templates: dict[str, str] = {}
 
 def migrated_template(admin_url: str) -> str:
     """A database of the server at ``admin_url`` that ``decide migrate`` brought to the newest
-    revision, made once per process and dropped as it exits: each cluster on that server is a
+    revision, made once per process and dropped as it exits (normally: a killed process leaves
+    it, as it leaves its clusters' databases): each cluster on that server is a
     copy of it (``CREATE DATABASE ... TEMPLATE``, milliseconds) rather than a database migrated
     by a ``decide migrate`` of its own (about a second of CPU, 25 times in the suite)."""
     if admin_url not in _templates:
@@ -77,6 +79,7 @@ def migrated_template(admin_url: str) -> str:
 
 
 def drop_database(admin_url: str, name: str) -> None:
+    """Drop ``name``, ending whatever sessions a killed process left on it."""
     with psycopg.connect(f"{admin_url}/postgres", autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
