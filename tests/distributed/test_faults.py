@@ -38,12 +38,15 @@ def wait_until(condition, seconds: float, what: str) -> None:
 def test_redis_restarted_empty_with_one_busy_worker_and_one_waiting_job(cluster):
     assert cluster.own_redis is not None, "redis-server is needed (.ci/run installs it)"
     with cluster.client() as client:
-        busy = submit(client, "a long ticket", distinct_nouls(80))
+        # 80 rows: a second or more, while the worker is stopped within milliseconds of the
+        # job's start (its runner then stops at its next row, waiting for the worker's go)
+        busy = submit(client, "a long ticket", distinct_nouls(20))
         wait_until(lambda: cluster.scalar("SELECT status FROM jobs WHERE id = :j", j=busy)
                    == "running", 60, "the long job never started")
         worker = cluster.workers[0]
         worker.send_signal(signal.SIGSTOP)  # held mid-job, so the next message stays queued
         try:
+            assert cluster.scalar("SELECT status FROM jobs WHERE id = :j", j=busy) == "running"
             # foreground: the front door sends it itself (a background job waits for the
             # delivery loop, which runs in the worker held here)
             waiting = submit(client, "Where is my parcel?",
