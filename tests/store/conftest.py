@@ -3,26 +3,24 @@ on the local server (127.0.0.1:5432, started by .ci/run when it is stopped)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import uuid
 
-import psycopg
 import pytest
 
 from decide.migrations.apply import upgrade
 from decide.store.db import make_engine
-
-POSTGRES_ADMIN = os.environ.get("DECIDE_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
-
-
-def admin_execute(statement: str) -> None:
-    with psycopg.connect(f"{POSTGRES_ADMIN}/postgres", autocommit=True) as admin:
-        admin.execute(statement)
+from tests.support.local import (
+    POSTGRES_ADMIN,
+    create_database,
+    database_url,
+    drop_database,
+    migrated_template,
+)
 
 
 def engine_url(name: str) -> str:
-    return f"{POSTGRES_ADMIN.replace('postgresql://', 'postgresql+psycopg://')}/{name}"
+    return database_url(POSTGRES_ADMIN, name)
 
 
 def fresh_name() -> str:
@@ -33,33 +31,29 @@ def fresh_name() -> str:
 def postgres_url():
     """An empty database of its own (for tests that migrate it themselves)."""
     name = fresh_name()
-    admin_execute(f'CREATE DATABASE "{name}"')
+    create_database(POSTGRES_ADMIN, name)
     yield engine_url(name)
-    admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database(POSTGRES_ADMIN, name)
 
 
 @pytest.fixture(scope="session")
 def migrated_templates(tmp_path_factory):
-    """A SQLite file and a PostgreSQL database migrated to head once per test process; each
-    ``db`` is a copy of one (a file copy, ``CREATE DATABASE … TEMPLATE``), which holds the
-    same schema, triggers and rows as migrating afresh, in a fraction of the time."""
+    """A SQLite file migrated to head once per test process, and the process's migrated
+    PostgreSQL database (``tests.support.local.migrated_template``, which the clusters copy
+    too); each ``db`` is a copy of one, which holds the same schema, triggers and rows as
+    migrating afresh, in a fraction of the time."""
     sqlite_file = tmp_path_factory.mktemp("template") / "jobs.db"
     upgrade(f"sqlite:///{sqlite_file}")
-    name = fresh_name()
-    admin_execute(f'CREATE DATABASE "{name}"')
-    upgrade(engine_url(name))
-    yield {"sqlite": sqlite_file, "postgresql": name}
-    admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return {"sqlite": sqlite_file, "postgresql": migrated_template(POSTGRES_ADMIN)}
 
 
 @pytest.fixture
 def migrated_postgres_url(migrated_templates):
-    """A database of its own, migrated to head (a copy of the session's template)."""
+    """A database of its own, migrated to head (a copy of the process's template)."""
     name = fresh_name()
-    admin_execute(f'CREATE DATABASE "{name}" TEMPLATE "{migrated_templates["postgresql"]}" '
-                  f"STRATEGY FILE_COPY")
+    create_database(POSTGRES_ADMIN, name, migrated_templates["postgresql"])
     yield engine_url(name)
-    admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database(POSTGRES_ADMIN, name)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
