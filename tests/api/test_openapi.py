@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.waits import wait_until
+
 pytestmark = pytest.mark.model
 
 NOUL = {"type": "noul", "instructions": "Does the customer ask for a refund?"}
@@ -62,6 +64,10 @@ def test_the_answers_given_have_every_field_described(document, open_client):
         {"custom_id": "a", "state": "Refund please"}]}).json()
     assert set(batch) == fields("BatchSchema")
     assert set(document["paths"]["/v1/batches"]["post"]["responses"]) >= {"202", "422", "413"}
+    # the shared server left as found: a batch still queued would finish inside a later test's
+    # window (test_metrics counts the background jobs that finish)
+    wait_until(lambda: open_client.get(f"/v1/batches/{batch['id']}").json()["status"]
+               == "completed", 60, what="the batch never completed")
 
 
 def test_validation_errors_keep_their_own_words(open_client):
