@@ -70,14 +70,16 @@ def test_another_keys_sync_call_passes_a_long_rerank(server):
 EXAMPLES = [{"state": f"Order {number}: " + ("please refund the {0} I returned, it was broken."
                                              if number % 2 else "when does the {0} arrive?"
                                              ).format(("kettle", "lamp", "chair")[number % 3]),
-             "answer": "yes" if number % 2 else "no"} for number in range(200)]
+             "answer": "yes" if number % 2 else "no"} for number in range(80)]
+"""A fit of about 13 s here: 9.6 s decoding the examples, then 3.7 s fitting (200 examples
+took 24 s and 5.8 s: the decode grows with them, the fitting phase far less)."""
 
 
 @pytest.mark.serial  # measures waits against a bound
 def test_another_keys_sync_calls_pass_a_long_fit(server):
-    """Issue 35, item 3: a fit of 200 examples (their decode, then the readout's model fits)
+    """Issue 35, item 3: a fit of 80 examples (their decode, then the readout's model fits)
     lets another key's sync calls in throughout; before, its fitting phase held them (a 504
-    behind 240 examples)."""
+    behind 240 examples, when fitting took far longer than it does now)."""
     with server.client(KEYS[0], timeout=600) as a, server.client(KEYS[1]) as b:
         taught = a.post("/v1/questions", json={"question": NOUL, "examples": EXAMPLES})
         assert taught.status_code == 202, taught.text
