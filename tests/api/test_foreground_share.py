@@ -18,10 +18,10 @@ pytestmark = pytest.mark.model
 KEYS = ("key-long", "key-short")
 DOCUMENTS = [f"Article {index}: our store ships parcel number {index * 7919} within five "
              f"working days; returns of item {index} are free for thirty days, and the "
-             f"refund reaches card ending {1000 + index} within a week." for index in range(80)]
-"""About 10 s of decoding here (120 documents took 15 s): long enough that B's call lands
-inside it (checked: A is still running when B is answered), short enough to keep the serial
-tier short."""
+             f"refund reaches card ending {1000 + index} within a week." for index in range(50)]
+"""About 6 s of decoding here (80 documents took 10 s): long enough that B's call, sent a
+second into it, lands inside it (checked: A is still running when B is answered), short
+enough to keep the serial tier short."""
 B_BOUND_SECONDS = 10.0
 """B's call waits for one of A's rows, then its own decode (a fraction of a second): the bound
 leaves room for a busy host, and A's rerank alone takes far longer."""
@@ -51,7 +51,7 @@ def test_another_keys_sync_call_passes_a_long_rerank(server):
         assert accepted.status_code == 202, accepted.text
         job_id = accepted.json()["id"]
         wait_running(a, job_id)
-        time.sleep(2.0)  # A's rerank is decoding
+        time.sleep(1.0)  # A's rerank is decoding
         started = time.monotonic()
         short = b.post("/v1/systemone", json={"state": "Refund my order please.",
                                               "questions": {"refund": NOUL}})

@@ -83,7 +83,7 @@ def test_another_keys_sync_call_passes_a_long_foreground_rerank(cluster_factory)
         while (client.get(f"/v1/jobs/{job_id}", headers=a).json()["status"] != "running"
                and time.monotonic() < deadline):
             time.sleep(0.2)
-        time.sleep(2.0)  # A's rerank is decoding
+        time.sleep(1.0)  # A's rerank is decoding
         started = time.monotonic()
         short = client.post("/v1/systemone", headers=b,
                             json={"state": "Refund my order please.",
