@@ -37,7 +37,8 @@ class BatchedReading:
     _multi_labels: LlamaContext | None
 
     def _options(self) -> LlamaContext: ...
-    def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...]) -> None: ...
+    def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...],
+                       between: Callable[[], None] | None = None) -> None: ...
     def _hidden_state(self, logits: np.ndarray) -> list[float]: ...
     def _run(self, context: LlamaContext, count: int, where: str) -> None: ...
     def _between_batches(self, before_row: Callable[[], None] | None
@@ -173,7 +174,7 @@ class BatchedReading:
             if before_row is not None:
                 for _ in members:
                     before_row()
-            self._ensure_prefix(context, prefix)
+            self._ensure_prefix(context, prefix, self._between_batches(before_row))
             round_ = round_plan(plan_rows, members, start=len(prefix), first_seq=1)
             tap = (context.tap if any(indices[member] in slot_middle for member in members)
                    else None)

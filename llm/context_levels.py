@@ -3,9 +3,10 @@ in the middle of a round of this one's.
 
 A job's ``before_row`` may decode other requests (a background job lets foreground work in; a
 foreground job lets other keys' in: ``worker.row_guard``). The outermost read (level 1) asks
-``before_row`` between the batches of its rounds too, not only before a round: a round's
-sequences are still in its contexts' caches then, so whatever is decoded meanwhile goes to a
-second set of contexts (level 2), made on first use. A read nested deeper than that shares
+``before_row`` between the batches of its rounds and the chunks of its state too, not only
+before a round: a round's sequences (or a state half read) are still in its contexts' caches
+then, so whatever is decoded meanwhile goes to a second set of contexts (level 2), made on
+first use. A read nested deeper than that shares
 level 2's contexts and lets others in only between its rounds, where its contexts hold nothing
 but its prefix (which the next round decodes again if another read replaced it), as every read
 did before levels: so at most two sets exist, and the second only where nesting happened.
@@ -121,7 +122,8 @@ class LevelledContexts:
     def _options(self) -> LlamaContext: ...
     _batched_labels: Callable[[], LlamaContext]
     """``BatchedReading``'s (declared, not stubbed: a stub here would shadow it)."""
-    def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...]) -> None: ...
+    def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...],
+                       between: Callable[[], None] | None = None) -> None: ...
     def _decode(self, context: LlamaContext, tokens: Sequence[int], *, start: int) -> None: ...
     def _drop_piece(self) -> None: ...
 

@@ -22,9 +22,9 @@ position 0, alone; a request over the same state skips it.
 By the exact plans a row's numbers therefore depend only on (prefix, row): never on the other
 rows of the request, their order, or earlier requests.
 
-Between rows, and in the outermost read between the batches of a round too, the job's
-``before_row`` may decode other requests; those go to a second set of contexts
-(``llm.context_levels``), so a round goes on with the same bits after them.
+Between rows, and in the outermost read between the batches of a round and the chunks of a
+state too, the job's ``before_row`` may decode other requests; those go to a second set of
+contexts (``llm.context_levels``), so a round or a state goes on with the same bits after them.
 
 Label rows and packed option rows use two llama.cpp contexts, each made on first use (a model
 serves one readout, so it holds one): packing needs flash attention and many sequences, while
@@ -169,7 +169,7 @@ class LlamaReader(LevelledContexts, BatchedReading, TogetherReading):
                 if before_row is not None:
                     before_row()  # may decode another request (foreground first): check prefix
                 context = self._labels()
-                self._ensure_prefix(context, prefix)
+                self._ensure_prefix(context, prefix, self._between_batches(before_row))
                 if row.continuation:
                     with self._slot_taken(context, slots, index):
                         self._piece_logprobs(context, split_row(row.suffix, row.continuation)[0],
@@ -251,7 +251,7 @@ class LlamaReader(LevelledContexts, BatchedReading, TogetherReading):
             if before_row is not None:
                 for _ in members:
                     before_row()
-            self._ensure_prefix(context, prefix)
+            self._ensure_prefix(context, prefix, self._between_batches(before_row))
             slots = {member: [] for member in members if first + member in hidden}
             middles = {member: [] for member in members if first + member in (slot_middle or {})}
             for member, values in zip(members, self._decode_round(
@@ -339,25 +339,33 @@ class LlamaReader(LevelledContexts, BatchedReading, TogetherReading):
         for level in self._levels.all():
             level.clear()
 
-    def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...]) -> None:
+    def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...],
+                       between: Callable[[], None] | None = None) -> None:
+        """Decode ``prefix`` into ``context`` unless it holds it already, asking ``between``
+        between its chunks: the outermost read passes its ``before_row``, so foreground work
+        and a cancel wait for one chunk of a long state, not for all of it."""
         if prefix == context.prefix:
             return
         if context is self._single:
             self._set_piece(None, None)
         context.clear()
         with context.prefix_tapped():
-            self._decode(context, prefix, start=0)
+            self._decode(context, prefix, start=0, between=between)
         context.prefix = prefix
 
     def _decode(self, context: LlamaContext, tokens: Sequence[int], *, start: int,
                 keep_from: int | None = None,
-                on_logits: Callable[[int, np.ndarray], None] | None = None) -> None:
-        """Decode ``tokens`` in sequence 0 at positions ``start``.. in chunks of the batch size.
+                on_logits: Callable[[int, np.ndarray], None] | None = None,
+                between: Callable[[], None] | None = None) -> None:
+        """Decode ``tokens`` in sequence 0 at positions ``start``.. in chunks of the batch size,
+        asking ``between`` before every chunk but the first.
 
         From index ``keep_from`` on, each token's logits are computed and handed to
         ``on_logits(index, logits)`` while their chunk is still the current batch."""
         first_kept = len(tokens) if keep_from is None else keep_from
         for offset in range(0, len(tokens), context.batch_size):
+            if offset and between is not None:
+                between()
             chunk = tokens[offset:offset + context.batch_size]
             count = len(chunk)
             context.tokens[:count] = chunk

@@ -2,7 +2,8 @@
 read asks ``before_row`` between the batches of its rounds, whatever is decoded then goes to a
 second set of contexts, and both requests read the same bits as each read alone, by the exact
 plan and by the batched one (issue 35: one key's long request holds another key's call for one
-batch, not one round)."""
+batch, not one round); and between the chunks of a long state, which held it for the whole
+state before."""
 
 from __future__ import annotations
 
@@ -85,6 +86,76 @@ def test_the_batched_plan_lets_others_in_between_batches_too(default_engine):
     assert calls >= 1, "the batched rounds never asked before_row between their batches"
     assert together == alone
     assert len(inner) >= 2 and all(read == inner[0] for read in inner[1:])
+
+
+LONG = parse_request({
+    "state": " ".join(f"Scan {index}: parcel A-104 left depot {index * 7} on time."
+                      for index in range(40)),
+    "questions": {"late": {"type": "noul", "instructions": "Is the parcel late?"}}})
+"""A state of about 600 tokens: five chunks of a 128-token batch."""
+
+
+def between_chunks() -> bool:
+    """Whether ``before_row`` was called between two chunks of a state."""
+    return sys._getframe(2).f_code.co_name == "_decode"
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["exact", "batched"])
+def test_a_long_state_lets_others_in_between_its_chunks_with_the_same_bits(default_engine,
+                                                                          batched):
+    """A background job's long state used to hold foreground work for all of its read (a sync
+    call waited 16.6 s behind a 6,000-token state on 2 cores): the outermost read now asks
+    ``before_row`` between the state's chunks, and whatever it decodes then leaves both
+    requests' bits as each read alone."""
+    exact = default_engine.reader
+    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
+                         threads=exact.threads, batch_size=128, batched=batched)
+    long, inner = default_engine.engine.plan(LONG), default_engine.engine.plan(INNER)
+    nested: list[list] = []
+
+    def before_row() -> None:
+        if between_chunks():
+            nested.append(reader.read(inner.prefix, inner.rows))
+
+    try:
+        alone = reader.read(long.prefix, long.rows)
+        inner_alone = reader.read(inner.prefix, inner.rows)
+        reader.forget_prefix()
+        together = reader.read(long.prefix, long.rows, before_row)
+    finally:
+        reader.close()
+    assert len(long.prefix) > 4 * 128
+    assert len(nested) >= 4, "the state's chunks asked before_row too seldom"
+    assert together == alone
+    assert all(read == inner_alone for read in nested)
+
+
+def test_a_cancel_between_a_states_chunks_stops_the_read_and_leaves_the_cache_sound(
+        default_engine):
+    """A cancel (``before_row`` raising) lands after one chunk of a long state, and the next
+    read of it decodes it whole again, with the bits of a read never interrupted."""
+    exact = default_engine.reader
+    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
+                         threads=exact.threads, batch_size=128)
+    long = default_engine.engine.plan(LONG)
+    chunks_read: list[int] = []
+
+    def cancelled() -> None:
+        if between_chunks():
+            chunks_read.append(reader.tokens_decoded)
+            raise KeyboardInterrupt("cancelled")
+
+    try:
+        alone = reader.read(long.prefix, long.rows)
+        reader.forget_prefix()
+        before = reader.tokens_decoded
+        with pytest.raises(KeyboardInterrupt):
+            reader.read(long.prefix, long.rows, cancelled)
+        again = reader.read(long.prefix, long.rows)
+    finally:
+        reader.close()
+    assert chunks_read == [before + 128]  # stopped after the first chunk
+    assert again == alone
 
 
 def test_reads_nested_deeper_share_the_second_set_of_contexts(default_engine):
