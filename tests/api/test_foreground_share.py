@@ -1,8 +1,9 @@
 """One key's long foreground request never holds another key's sync call (issue 35, item 1),
 through a real ``decide serve`` and its runner: key A's rerank of many documents is one
-foreground job of about 10 s here; key B's sync call, sent while it decodes, is answered
+foreground job of about 6 s here; key B's sync call, sent while it decodes, is answered
 within a few seconds (it runs between two of A's rows), and A's
-rerank still finishes with every document scored."""
+rerank still finishes with every document scored. The same for a background job's long
+state: a call and a cancel wait for one chunk of it, not for all of it."""
 
 from __future__ import annotations
 
@@ -65,6 +66,39 @@ def test_another_keys_sync_call_passes_a_long_rerank(server):
     assert waited < B_BOUND_SECONDS, f"B waited {waited:.1f} s behind A's rerank"
     assert done["status"] == "succeeded"
     assert len(done["result"]["answers"]) == len(DOCUMENTS)
+
+
+LONG_STATE = " ".join(f"Scan {index}: parcel A-104 left depot {index * 7} on time."
+                      for index in range(320))
+"""About 6,800 tokens: a background job whose state alone takes over 15 s to read here (a sync
+call waited 16.6 s behind one of 6,000, and a cancel as long, before a read let others in
+between a state's chunks)."""
+STATE_BOUND_SECONDS = 5.0
+"""B's call waits for one 512-token chunk of A's state (0.4 s measured), then its own decode."""
+
+
+@pytest.mark.serial  # measures waits against a bound
+def test_another_keys_sync_call_and_a_cancel_pass_a_long_state(server):
+    with server.client(KEYS[0]) as a, server.client(KEYS[1]) as b:
+        accepted = a.post("/v1/jobs", json={"state": LONG_STATE, "questions": {"late": {
+            "type": "noul", "instructions": "Is the parcel late?"}}})
+        assert accepted.status_code == 202, accepted.text
+        job_id = accepted.json()["id"]
+        wait_running(a, job_id)
+        time.sleep(1.0)  # A's state is being read
+        started = time.monotonic()
+        short = b.post("/v1/systemone", json={"state": "Refund my order please.",
+                                              "questions": {"refund": NOUL}})
+        waited = time.monotonic() - started
+        assert a.get(f"/v1/jobs/{job_id}").json()["status"] == "running"
+        started = time.monotonic()
+        assert a.delete(f"/v1/jobs/{job_id}").status_code == 200
+        ended = a.get(f"/v1/jobs/{job_id}", params={"wait": 60}).json()
+        cancelled_after = time.monotonic() - started
+    assert short.status_code == 200, short.text
+    assert waited < STATE_BOUND_SECONDS, f"B waited {waited:.1f} s behind A's state"
+    assert ended["status"] == "cancelled", ended
+    assert cancelled_after < STATE_BOUND_SECONDS, f"the cancel took {cancelled_after:.1f} s"
 
 
 EXAMPLES = [{"state": f"Order {number}: " + ("please refund the {0} I returned, it was broken."
