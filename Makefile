@@ -47,7 +47,7 @@ lint: install
 # alone, so that what they time is the service; only the files that mark one are collected
 # for them (collecting all 150 files took 3.4 s more).
 TEST_PROCESSES ?= 3
-SERIAL_FILES = $(shell grep -rl --include='test_*.py' 'pytest.mark.serial' tests)
+SERIAL_FILES = $(sort $(shell grep -rl --include='test_*.py' 'pytest.mark.serial' tests))
 test: lint
 	$(PY) -m tests.preflight
 	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder -m "not serial"

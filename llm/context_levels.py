@@ -124,7 +124,8 @@ class LevelledContexts:
     """``BatchedReading``'s (declared, not stubbed: a stub here would shadow it)."""
     def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...],
                        between: Callable[[], None] | None = None) -> None: ...
-    def _decode(self, context: LlamaContext, tokens: Sequence[int], *, start: int) -> None: ...
+    def _decode(self, context: LlamaContext, tokens: Sequence[int], *, start: int,
+                between: Callable[[], None] | None = None) -> None: ...
     def _drop_piece(self) -> None: ...
 
     def _slots_left(self, prefix: tuple[int, ...], rows: Sequence[Row], exact: bool,
@@ -158,15 +159,15 @@ class LevelledContexts:
             raise
         slot_middle[index] = tap.last_if_decoded() or []
 
-    def _prefix_middle(self, prefix: tuple[int, ...], rows: Sequence[Row],
-                       exact: bool) -> list[float]:
+    def _prefix_middle(self, prefix: tuple[int, ...], rows: Sequence[Row], exact: bool,
+                       before_row: Callable[[], None] | None = None) -> list[float]:
         """The state's mean at the tap's layer, from the context the request's rows decode in
         next (``_middle_context``), so the state is decoded no more than a plain read decodes
-        it."""
+        it; others are let in between its chunks as in any read of a state."""
         if self.packed and not self._packing_checked:
             self._check_packing()  # it may find option rows are read one by one here
         context = self._middle_context(exact, rows)
-        self._ensure_prefix(context, prefix)
+        self._ensure_prefix(context, prefix, self._between_batches(before_row))
         assert context.prefix_middle is not None
         return context.prefix_middle
 

@@ -139,7 +139,7 @@ class LlamaReader(LevelledContexts, BatchedReading, TogetherReading):
         with self._levels.entered(tapped=middle is not None):
             slots = {} if middle is None or slot_middle is None else slot_middle
             if middle is not None:
-                middle.append(self._prefix_middle(tuple(prefix), rows, exact))
+                middle.append(self._prefix_middle(tuple(prefix), rows, exact, before_row))
             results = self._read(tuple(prefix), rows, before_row, hidden, exact, slots)
             self._slots_left(tuple(prefix), rows, exact, slots)
             return results

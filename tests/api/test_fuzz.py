@@ -97,7 +97,11 @@ class Tally:
         if path is None:
             return
         method, url = path[0], base_url.rstrip("/") + path[1].format(made)
-        response = requests.request(method, url, headers=HEADERS, timeout=REQUEST_TIMEOUT)
+        try:
+            response = requests.request(method, url, headers=HEADERS, timeout=REQUEST_TIMEOUT)
+        except requests.RequestException as error:
+            self.broken.append(f"{method} {url}: no answer ({error})")
+            return
         if response.status_code >= 500:
             self.broken.append(f"{method} {url}: {response.status_code} {response.text[:300]}")
         elif response.status_code < 300:

@@ -130,6 +130,37 @@ def test_a_long_state_lets_others_in_between_its_chunks_with_the_same_bits(defau
     assert all(read == inner_alone for read in nested)
 
 
+def test_a_taught_read_of_a_long_state_lets_others_in_with_the_same_middle_layer(
+        default_engine):
+    """A read that wants the state's middle layer (a taught answer, a fit's example) decodes
+    its state in a tapped context: others are let in between its chunks there too, and the
+    layer's mean, the hidden states and the answers keep their bits."""
+    exact = default_engine.reader
+    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
+                         threads=exact.threads, batch_size=128)
+    long, inner = default_engine.engine.plan(LONG), default_engine.engine.plan(INNER)
+    nested: list[list] = []
+
+    def before_row() -> None:
+        if between_chunks():
+            nested.append(reader.read(inner.prefix, inner.rows))
+
+    def taught_read(before=None) -> tuple[list, list, dict]:
+        middle: list[list[float]] = []
+        hidden: dict[int, list[float]] = {0: []}
+        answers = reader.read(long.prefix, long.rows, before, hidden=hidden, middle=middle)
+        return answers, middle, hidden
+
+    try:
+        alone = taught_read()
+        reader.forget_prefix()
+        together = taught_read(before_row)
+    finally:
+        reader.close()
+    assert len(nested) >= 4, "the tapped state's chunks asked before_row too seldom"
+    assert together == alone and alone[1] and alone[1][0]
+
+
 def test_a_cancel_between_a_states_chunks_stops_the_read_and_leaves_the_cache_sound(
         default_engine):
     """A cancel (``before_row`` raising) lands after one chunk of a long state, and the next
