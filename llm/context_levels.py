@@ -6,10 +6,10 @@ foreground job lets other keys' in: ``worker.row_guard``). The outermost read (l
 ``before_row`` between the batches of its rounds and the chunks of its state too, not only
 before a round: a round's sequences (or a state half read) are still in its contexts' caches
 then, so whatever is decoded meanwhile goes to a second set of contexts (level 2), made on
-first use. A read nested deeper than that shares
-level 2's contexts and lets others in only between its rounds, where its contexts hold nothing
-but its prefix (which the next round decodes again if another read replaced it), as every read
-did before levels: so at most two sets exist, and the second only where nesting happened.
+first use. A read nested deeper than that shares level 2's contexts and lets others in only
+between its rounds, where its contexts hold nothing but its prefix (which the next round
+decodes again if another read replaced it), as every read did before levels: so at most two
+sets exist, and the second only where nesting happened.
 Reads of taught questions use sets of their own, made alike (``ContextLevels``): at most four
 in all.
 

@@ -66,9 +66,9 @@ class RowReader(Protocol):
         The prefix is decoded once; each row's suffix is decoded on its own copy of it, so a
         row's numbers depend only on (prefix, row). ``before_row`` is called before each row
         (and between the chunks of a long prefix) and may raise to stop (a cancelled job stops
-        before its next row or chunk). A reader that
-        decodes by the batched plan (a GPU's) keeps a row's numbers within SPEC §3.7's GPU
-        tolerance instead, unless ``exact`` asks for the exact plan.
+        before its next row or chunk). A reader that decodes by the batched plan (a GPU's)
+        keeps a row's numbers within SPEC §3.7's GPU tolerance instead, unless ``exact`` asks
+        for the exact plan.
         """
         ...
 

@@ -8,6 +8,7 @@ state before."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -65,6 +66,26 @@ def nested_reading(loaded, reader: LlamaReader) -> tuple[list, list, list[list],
     return alone, together, [inner_alone, *nested], calls
 
 
+def small_batch_reader(loaded, batched: bool = False) -> LlamaReader:
+    """A reader over the loaded model with 128-token batches: a short state is several chunks,
+    a round several batches."""
+    return LlamaReader(loaded.model, context_size=loaded.reader.context_size,
+                       threads=loaded.reader.threads, batch_size=128, batched=batched)
+
+
+def nest_at_chunks(reader: LlamaReader, inner, nested: list[list]) -> Callable[[], None]:
+    """A ``before_row`` that reads ``inner`` (a plan) at every call between a state's chunks,
+    each read kept in ``nested``."""
+    def before_row() -> None:
+        if between_chunks():
+            nested.append(reader.read(inner.prefix, inner.rows))
+    return before_row
+
+
+class Cancelled(Exception):
+    """What a cancelled job's ``before_row`` raises."""
+
+
 def test_a_request_decoded_between_batches_leaves_both_as_read_alone(default_engine):
     alone, together, inner, calls = nested_reading(default_engine, default_engine.reader)
     assert together == alone
@@ -76,9 +97,7 @@ def test_a_request_decoded_between_batches_leaves_both_as_read_alone(default_eng
 
 
 def test_the_batched_plan_lets_others_in_between_batches_too(default_engine):
-    exact = default_engine.reader
-    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
-                         threads=exact.threads, batch_size=128, batched=True)
+    reader = small_batch_reader(default_engine, batched=True)
     try:
         alone, together, inner, calls = nested_reading(default_engine, reader)
     finally:
@@ -107,15 +126,10 @@ def test_a_long_state_lets_others_in_between_its_chunks_with_the_same_bits(defau
     call waited 16.6 s behind a 6,000-token state on 2 cores): the outermost read now asks
     ``before_row`` between the state's chunks, and whatever it decodes then leaves both
     requests' bits as each read alone."""
-    exact = default_engine.reader
-    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
-                         threads=exact.threads, batch_size=128, batched=batched)
+    reader = small_batch_reader(default_engine, batched=batched)
     long, inner = default_engine.engine.plan(LONG), default_engine.engine.plan(INNER)
     nested: list[list] = []
-
-    def before_row() -> None:
-        if between_chunks():
-            nested.append(reader.read(inner.prefix, inner.rows))
+    before_row = nest_at_chunks(reader, inner, nested)
 
     try:
         alone = reader.read(long.prefix, long.rows)
@@ -135,15 +149,10 @@ def test_a_taught_read_of_a_long_state_lets_others_in_with_the_same_middle_layer
     """A read that wants the state's middle layer (a taught answer, a fit's example) decodes
     its state in a tapped context: others are let in between its chunks there too, and the
     layer's mean, the hidden states and the answers keep their bits."""
-    exact = default_engine.reader
-    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
-                         threads=exact.threads, batch_size=128)
+    reader = small_batch_reader(default_engine)
     long, inner = default_engine.engine.plan(LONG), default_engine.engine.plan(INNER)
     nested: list[list] = []
-
-    def before_row() -> None:
-        if between_chunks():
-            nested.append(reader.read(inner.prefix, inner.rows))
+    before_row = nest_at_chunks(reader, inner, nested)
 
     def taught_read(before=None) -> tuple[list, list, dict]:
         middle: list[list[float]] = []
@@ -165,22 +174,20 @@ def test_a_cancel_between_a_states_chunks_stops_the_read_and_leaves_the_cache_so
         default_engine):
     """A cancel (``before_row`` raising) lands after one chunk of a long state, and the next
     read of it decodes it whole again, with the bits of a read never interrupted."""
-    exact = default_engine.reader
-    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
-                         threads=exact.threads, batch_size=128)
+    reader = small_batch_reader(default_engine)
     long = default_engine.engine.plan(LONG)
     chunks_read: list[int] = []
 
     def cancelled() -> None:
         if between_chunks():
             chunks_read.append(reader.tokens_decoded)
-            raise KeyboardInterrupt("cancelled")
+            raise Cancelled
 
     try:
         alone = reader.read(long.prefix, long.rows)
         reader.forget_prefix()
         before = reader.tokens_decoded
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(Cancelled):
             reader.read(long.prefix, long.rows, cancelled)
         again = reader.read(long.prefix, long.rows)
     finally:
