@@ -79,11 +79,9 @@ def default_engine(settings):
 def batched_reader(default_engine):
     """A second reader over the same loaded model, by the batched plan (a GPU's default,
     forced on the CPU)."""
-    from decide.llm.reader import LlamaReader
+    from tests.support.readers import reader_beside
 
-    exact = default_engine.reader
-    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
-                         threads=exact.threads, batched=True)
+    reader = reader_beside(default_engine, batched=True)
     yield reader
     reader.close()
 

@@ -21,7 +21,7 @@ from decide.core.engine import DecisionEngine
 from decide.core.profile import OPTION_READOUT, Profile
 from decide.core.protocol import parse_request
 from decide.llm.gguf import GgufTokenizer
-from decide.llm.reader import LlamaReader
+from tests.support.readers import reader_beside
 
 pytestmark = pytest.mark.model
 
@@ -162,8 +162,7 @@ def test_batched_reads_every_row_in_few_decodes(default_engine, batched_reader, 
     request = parse_request({"state": TICKETS[1], "questions": questions})
     plan = default_engine.engine.plan(request)
     calls = {"exact": 0, "batched": 0}
-    one_by_one = LlamaReader(default_engine.model, context_size=batched_reader.context_size,
-                             threads=batched_reader.threads)
+    one_by_one = reader_beside(default_engine)
     one_by_one.packed = False  # the exact plan where layers are offloaded to a GPU
     for name, reader in (("exact", one_by_one), ("batched", batched_reader)):
         run = reader._run

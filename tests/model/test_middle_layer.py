@@ -157,11 +157,9 @@ def test_a_piece_cached_for_an_earlier_question_still_gets_its_slot(default_engi
     decode, alone, the same bits the first question's decode gave."""
     from decide.core.engine import DecisionEngine
     from decide.llm.gguf import GgufTokenizer
-    from decide.llm.reader import LlamaReader
+    from tests.support.readers import reader_beside
 
-    exact = default_engine.reader
-    reader = LlamaReader(default_engine.model, context_size=exact.context_size,
-                         threads=exact.threads)
+    reader = reader_beside(default_engine)
     reader.packed, reader._packing_checked = False, True
     extra: list[int] = []
     real_extra = reader._slot_middle

@@ -14,6 +14,7 @@ import pytest
 
 from decide.core.protocol import parse_request
 from decide.llm.reader import LlamaReader
+from tests.support.readers import reader_beside
 
 pytestmark = pytest.mark.model
 
@@ -69,8 +70,7 @@ def nested_reading(loaded, reader: LlamaReader) -> tuple[list, list, list[list],
 def small_batch_reader(loaded, batched: bool = False) -> LlamaReader:
     """A reader over the loaded model with 128-token batches: a short state is several chunks,
     a round several batches."""
-    return LlamaReader(loaded.model, context_size=loaded.reader.context_size,
-                       threads=loaded.reader.threads, batch_size=128, batched=batched)
+    return reader_beside(loaded, batch_size=128, batched=batched)
 
 
 def nest_at_chunks(reader: LlamaReader, inner, nested: list[list]) -> Callable[[], None]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 
 from decide.core.protocol import parse_request
-from decide.llm.reader import LlamaReader
 from tests.model.test_batched_plan import (
     QUESTIONS,
     TICKETS,
@@ -21,6 +20,7 @@ from tests.model.test_batched_plan import (
     option_readout,
 )
 from tests.slow_work import distinct_nouls
+from tests.support.readers import reader_beside
 
 pytestmark = pytest.mark.model
 
@@ -86,8 +86,7 @@ def test_a_request_too_large_for_a_round_is_read_alone_beside_the_others(default
     together, each answer where it belongs. (Rounds hold 126 by default; 130 questions made
     the same case at four times the cost.)"""
     monkeypatch.setattr("decide.llm.reader.OPTION_SEQUENCES", 24)
-    narrow = LlamaReader(default_engine.model, context_size=default_engine.reader.context_size,
-                         threads=default_engine.reader.threads, batched=True)
+    narrow = reader_beside(default_engine, batched=True)
     profile = option_readout(default_engine)
     _, engine = engines(default_engine, narrow, profile)
     wide = distinct_nouls(30)
