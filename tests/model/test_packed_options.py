@@ -213,7 +213,10 @@ def test_this_host_keeps_the_batching_rule(default_engine):
 def test_the_checks_verdict_is_remembered_for_the_next_reader(default_engine, tmp_path):
     """A reader that starts with no verdict for its build, CPU and model checks and records
     it; the next reader on the same key reads the verdict instead of decoding the check, and
-    a recorded "does not hold" reads option rows one by one without decoding the check."""
+    a recorded "does not hold" reads option rows one by one without decoding the check.
+    These readers decode on every core (``LlamaReader``'s default), as a 2-core host's runner
+    does, where the parallel run's others decode on one thread each (``tests/conftest.py``):
+    the check finds the rule holds there too."""
     from decide.llm.packing_verdicts import PackingVerdicts
     from decide.llm.reader import LlamaReader
 
