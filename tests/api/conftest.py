@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.support.local import await_ready, free_port
+from tests.support.waits import polls
 
 KEYS = ("key-alpha", "key-beta")
 
@@ -61,11 +62,12 @@ def wait_for_status(client: httpx.Client, job_id: str, wanted: set[str] | tuple[
     """The job once its status is one of ``wanted``; fails after ``seconds``."""
     deadline = time.monotonic() + seconds
     job: dict = {}
+    pauses = polls()
     while time.monotonic() < deadline:
         job = client.get(f"/v1/jobs/{job_id}").json()
         if job["status"] in wanted:
             return job
-        time.sleep(0.05)
+        time.sleep(next(pauses))
     raise AssertionError(f"job {job_id} never reached {wanted}: {job}")
 
 
