@@ -17,6 +17,7 @@ os.environ.setdefault("DECIDE_RUNNER_WARM_READS", "false")
 import pytest
 
 from decide.config.settings import Settings
+from decide.llm.threads import default_threads
 from decide.runner.in_process import use_runner_build
 
 
@@ -34,7 +35,7 @@ def threads_per_process(processes: int, cores: int) -> int:
 
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # set by pytest-xdist before this file loads
     os.environ.setdefault("DECIDE_THREADS", str(threads_per_process(
-        int(os.environ["PYTEST_XDIST_WORKER_COUNT"]), len(os.sched_getaffinity(0)))))
+        int(os.environ["PYTEST_XDIST_WORKER_COUNT"]), default_threads())))
 
 
 PURE_TIER = "unit"
