@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from decide.core import protocol
 from decide.core.errors import InvalidRequest
-from decide.core.protocol import parse_request
+from decide.core.protocol import MAX_DEPTH, parse_request, plain_json_problem, walked_json_problem
 from decide.core.questions import ChoiceQuestion, NoulQuestion, ScoreQuestion
 
 
@@ -148,3 +149,40 @@ def test_a_value_no_text_can_carry_is_named_where_it_is(body, loc):
     (error,) = errors_of(body)
     assert error["loc"] == loc
     assert "unpaired surrogate" in error["msg"] or "too large" in error["msg"]
+
+
+def nested(levels: int, inner: object, *, objects: bool = False) -> object:
+    """``inner`` inside ``levels`` arrays (or objects), so the outermost is level 1."""
+    for _ in range(levels):
+        inner = {"k": inner} if objects else [inner]
+    return inner
+
+
+BODIES = [
+    *(nested(levels, leaf, objects=objects) for levels in range(MAX_DEPTH - 2, MAX_DEPTH + 2)
+      for leaf in (1, [], {}, "x") for objects in (False, True)),
+    list(range(100_000)), [{"k": index, "v": [index, "é😀"]} for index in range(2_000)],
+    {"a": [1, {"b": [2.5, float("inf")]}]}, [float("nan")], {"x": -float("inf")},
+    {"deep": nested(50, "\ud800")}, {"bad \udc00 key": 1}, ["\ud83d\ude00"], "\ud800", 1e308,
+    {1: "a number for a key"}, {float("inf"): 1}, (1, float("inf")), {"a set": {1, 2}},
+    {"tuple": (1, [float("nan")])}, [b"bytes"], "plain", None, True, [], {},
+]
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_the_quick_check_finds_what_the_walk_finds(body):
+    """``plain_json_problem`` clears most bodies at C speed before walking them; whatever it
+    clears, the walk would have cleared, and a problem is reported where the walk finds it
+    (nesting at and around ``MAX_DEPTH``, empty or not; bad numbers and surrogates in values
+    and keys; values that are not JSON's)."""
+    assert plain_json_problem(body) == walked_json_problem(body)
+
+
+def test_a_plain_body_is_cleared_without_the_walk(monkeypatch):
+    def walk(_: object) -> None:
+        raise AssertionError("walked a plain body")
+
+    monkeypatch.setattr(protocol, "walked_json_problem", walk)
+    for body in (list(range(100_000)), nested(MAX_DEPTH - 2, [1]),
+                 {"state": [{"k": index, "v": ["é😀", 2.5]} for index in range(2_000)]}):
+        assert plain_json_problem(body) is None
