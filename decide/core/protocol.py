@@ -114,30 +114,30 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _surely_plain(value: Any) -> bool:
-    """True only where the walk would find no problem: no container with members nested
-    ``MAX_DEPTH`` deep, only text keys, and a compact JSON text of it (written by the standard
-    library's C encoder) that refuses no number (``allow_nan``) and holds no surrogate, which
-    UTF-8 cannot encode. False means "walk it": a problem, or a value that is not JSON's."""
-    if not _nested_less_than(value, MAX_DEPTH):
-        return False
+    """True only where the walk would find no problem. The standard library's C encoder writes
+    the value as compact JSON, which refuses a number past a float's range (``allow_nan``, in
+    keys too) and anything that is not JSON's; the text then holds no surrogate, which UTF-8
+    cannot encode; and no container with members lies ``MAX_DEPTH`` deep: surely not where the
+    text has fewer brackets than that (each container opens one), else by a look at the
+    containers alone. False means "walk it": a problem, or a value that is not JSON's."""
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
         return False
-    return text.isascii() or _SURROGATE.search(text) is None
+    if not text.isascii() and _SURROGATE.search(text) is not None:
+        return False
+    return (text.count("[") + text.count("{") < MAX_DEPTH
+            or _nested_less_than(value, MAX_DEPTH))
 
 
 def _nested_less_than(value: Any, depth: int) -> bool:
     """Whether no container with members lies ``depth`` or more levels deep (the top is the
-    first), every object's keys being text. Visited a level at a time, each level's members
-    by type first (C speed): only a level holding containers is looked at member by member."""
+    first). Visited a level at a time, each level's members by type first (C speed): only a
+    level holding containers is looked at member by member."""
     level = [value] if isinstance(value, (dict, list)) else []
     reached = 1
     while level:
         if reached >= depth and any(map(len, level)):
-            return False
-        keys = chain.from_iterable(item for item in level if isinstance(item, dict))
-        if not set(map(type, keys)) <= {str}:
             return False
         if not any(issubclass(kind, (dict, list)) for kind in set(map(type, _members(level)))):
             return True
