@@ -63,17 +63,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     heavy_files_first(items)
 
 
+IN_PROCESS_TIERS = ("app", "unit")
+"""The tiers that start no process: their files take a second or two each, so they go last."""
+
+
 def heavy_files_first(items: list[pytest.Item]) -> None:
-    """The files with the most ``slow`` tests first, each file's tests in their own order: the
-    parallel run (``make test``) hands out whole files as processes free up, so the longest
-    start early and the short ones fill the end, rather than one long file running alone."""
+    """The files with the most ``slow`` tests first, then the other files that start servers,
+    then the in-process tiers' (``IN_PROCESS_TIERS``), each file's tests in their own order:
+    the parallel run (``make test``) hands out whole files as processes free up, so the longest
+    start early and the short ones fill the end, rather than one long file running alone (a
+    store file of 28 s handed out among the last kept one process busy alone)."""
     slow: dict[object, int] = {}
     for item in items:
         slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
     first_seen: dict[object, int] = {}
     for index, item in enumerate(items):
         first_seen.setdefault(item.path, index)
-    items.sort(key=lambda item: (-slow[item.path], first_seen[item.path]))
+    items.sort(key=lambda item: (-slow[item.path], item.path.parent.name in IN_PROCESS_TIERS,
+                                 first_seen[item.path]))
 
 
 @pytest.fixture(scope="session")
