@@ -1,0 +1,57 @@
+"""The suite's own profile (``tests.support.suite_profile``): its summary of a recorded run."""
+
+from __future__ import annotations
+
+from tests.support.suite_profile import SAMPLE_SECONDS, kind_of, summary
+
+T0 = 1_000.0
+
+
+def recorded() -> tuple[list[dict], dict]:
+    """Two processes over 30 s: a server file whose runner decodes, then waits with the cores
+    half idle; a model file computing in its own process."""
+    tests = [
+        {"test": "tests/api/test_a.py::test_one", "start": T0, "end": T0 + 20, "cpu": 1.0},
+        {"test": "tests/api/test_a.py::test_two", "start": T0 + 20, "end": T0 + 30, "cpu": 0.5},
+        {"test": "tests/model/test_b.py::test_three", "start": T0, "end": T0 + 14, "cpu": 12.0},
+    ]
+    busy = [[T0 + SAMPLE_SECONDS * step, 1.0 if step < 30 else 0.25] for step in range(60)]
+    started = {
+        "11": {"test": "tests/api/test_a.py::test_one (setup)", "cpu": 9.0,
+               "command": "/v/bin/python -m decide serve --port 4000 "},
+        "12": {"test": "tests/api/test_a.py::test_one (call)", "cpu": 14.0,
+               "command": "/v/bin/python -m decide.runner.child 5 "},
+        "13": {"test": None, "cpu": 50.0, "command": "/usr/bin/something-else "},
+    }
+    return tests, {"busy": busy, "started": started}
+
+
+def test_the_summary_counts_the_cpu_by_who_used_it_and_by_file():
+    tests, machine = recorded()
+    lines = summary(tests, machine, cores=2)
+    # 30 samples busy and 30 a quarter busy, half a second each, on 2 cores
+    assert lines[0] == ("3 tests in 30 s on 2 cores: 38 CPU-seconds used (62% busy), "
+                        "22 idle")
+    assert lines[1] == "  the test processes' own: 14"
+    assert "  runner: 14 (1 processes)" in lines
+    assert "  decide serve: 9 (1 processes)" in lines
+    assert not any("something-else" in line for line in lines)  # not started by a test
+    files = lines[lines.index("files by CPU-seconds (own + started; wall in its process):") + 1:]
+    assert files[0].split() == ["24.5", "=", "1.5", "+", "23.0", "wall", "30.0",
+                                "tests/api/test_a.py"]
+    assert files[1].split()[-1] == "tests/model/test_b.py"
+
+
+def test_the_windows_where_the_cores_idled_name_what_ran_then():
+    tests, machine = recorded()
+    lines = summary(tests, machine, cores=2)
+    windows = lines[lines.index("windows of 15 s under 85% busy, and what ran:") + 1:]
+    assert windows == ["     15 s  25%  tests/api/test_a.py"]
+
+
+def test_a_started_process_is_known_by_its_command():
+    assert kind_of("/v/bin/python -m decide.runner.child 3 ") == "runner"
+    assert kind_of("/v/bin/python -m decide worker --model m ") == "decide worker"
+    assert kind_of("/v/bin/python -m decide run --noul q? ") == "decide (other commands)"
+    assert kind_of("/usr/lib/chromium/chromium --headless ") == "chromium"
+    assert kind_of("/usr/bin/objdump -d lib.so ") == "objdump"
