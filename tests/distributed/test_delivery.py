@@ -6,6 +6,7 @@ import json
 import signal
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -13,6 +14,7 @@ import redis
 from decide.transport.broker import Broker
 from tests.slow_work import distinct_nouls
 from tests.support.local import LocalCluster
+from tests.support.pausing import paused_runners
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.model
@@ -108,20 +110,43 @@ def test_sigkill_of_the_worker_mid_batch_decoding_jobs_together(cluster_factory)
         return {row[0] for row in cluster.rows(
             "SELECT id FROM jobs WHERE batch_id = :b AND status = 'running'", b=batch_id)}
 
+    def kill_mid_group() -> set[str]:
+        """SIGKILL the worker while its runner, stopped, holds a group of two or more jobs: a
+        group seen running may finish before a kill lands (it once did, on a loaded host), so
+        the runner is stopped first and the group read again once the worker has written any
+        finish it was writing; the jobs it holds then are the ones the kill interrupts."""
+        for _ in range(5):
+            wait_until(lambda: len(running()) >= 2, 60,
+                       what=lambda: f"no group of two or more ran\n{cluster.logs()}")
+            with paused_runners(cluster.workers[0].pid):
+                held = settled(running)
+                if len(held) >= 2:
+                    cluster.workers[0].send_signal(signal.SIGKILL)
+                    cluster.workers[0].wait()
+                    return held
+        raise AssertionError(f"no group of two or more was held five times\n{cluster.logs()}")
+
     with cluster.client() as client:
         batch_id = submit_batch(client, BATCH_ITEMS)
         cluster.wait_succeeded(batch_id, 8)
-        # killed while a group decodes (between two groups, the kill would interrupt nothing)
-        group = wait_until(lambda: len(now := running()) >= 2 and now, 60,
-                           what=lambda: f"no group of two or more ran\n{cluster.logs()}")
-        cluster.workers[0].send_signal(signal.SIGKILL)
-        cluster.workers[0].wait()
-        interrupted = group | running()
+        interrupted = kill_mid_group()
         cluster.start_worker()
         assert_exactly_once(cluster, client, batch_id, BATCH_ITEMS, interrupted)
     put_back = cluster.scalar("SELECT count(*) FROM jobs WHERE batch_id = :b AND "
                               "decode_runs = 2", b=batch_id)
     assert put_back >= 2, put_back  # a group was interrupted, put back and decoded again
+
+
+def settled(read: Callable[[], set[str]], pause: float = 0.25) -> set[str]:
+    """What ``read`` gives twice in a row, ``pause`` seconds apart (within 10 s)."""
+    last = read()
+    for _ in range(40):
+        time.sleep(pause)
+        now = read()
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"still changing after 10 s: {last}")
 
 
 def test_flushall_on_redis_mid_batch(cluster):
