@@ -8,10 +8,10 @@ Record a run (any selection; the first stage of ``make test`` here), then summar
 
 Every test process writes each test's wall time and the CPU time its own process spent in it
 (``tests-<process>.json``). The process that started pytest reads ``/proc`` twice a second
-(``machine.json``): how busy the cores were, and every process the tests started, by the test
-whose environment it inherited (``PYTEST_CURRENT_TEST``) and its CPU time when last seen. A
-process that lived under half a second may be missed, and one's last half second is not
-counted; reading ``/proc`` costs about one percent of a core. Linux only.
+(``machine.json``): how busy the cores were over each interval, and every process the tests
+started, by the test whose environment it inherited (``PYTEST_CURRENT_TEST``) and its CPU time
+when last seen. A process that lived under half a second may be missed, and one's last half
+second is not counted; reading ``/proc`` costs about one percent of a core. Linux only.
 """
 
 from __future__ import annotations
@@ -80,12 +80,13 @@ class Recorder:
             (self.folder / "machine.json").write_text(json.dumps(self.machine))
 
     def _read_proc(self) -> None:
-        ticks, before = os.sysconf("SC_CLK_TCK"), _cores_busy()
+        ticks, before, last = os.sysconf("SC_CLK_TCK"), _cores_busy(), time.time()
         while not self._stop.wait(SAMPLE_SECONDS):
-            now = _cores_busy()
+            now, at = _cores_busy(), time.time()
             spent = now[1] - before[1]
-            self.machine["busy"].append([time.time(), (now[0] - before[0]) / max(spent, 1)])
-            before = now
+            # the interval as it was: reading /proc makes it a little longer than asked
+            self.machine["busy"].append([at, (now[0] - before[0]) / max(spent, 1), at - last])
+            before, last = now, at
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 _note_process(self.machine["started"], pid, ticks)
 
@@ -135,8 +136,9 @@ def summary(tests: list[dict], machine: dict, cores: int) -> list[str]:
     """The summary's lines: the run, its CPU by who used it, the files that used most, and
     the windows where the cores idled with what ran then."""
     start, end = min(t["start"] for t in tests), max(t["end"] for t in tests)
-    busy = [share for at, share in machine["busy"] if start <= at <= end]
-    used = sum(busy) * SAMPLE_SECONDS * cores
+    busy = [(share, seconds) for at, share, seconds in machine["busy"] if start <= at <= end]
+    sampled = sum(seconds for _, seconds in busy)
+    used = sum(share * seconds for share, seconds in busy) * cores
     own = sum(t["cpu"] for t in tests)
     by_kind: Counter[str] = Counter()
     starts: Counter[str] = Counter()
@@ -152,7 +154,7 @@ def summary(tests: list[dict], machine: dict, cores: int) -> list[str]:
         by_file[file_of(test["test"])]["own"] += test["cpu"]
         by_file[file_of(test["test"])]["wall"] += test["end"] - test["start"]
     lines = [f"{len(tests)} tests in {end - start:.0f} s on {cores} cores: "
-             f"{used:.0f} CPU-seconds used ({sum(busy) / max(len(busy), 1):.0%} busy), "
+             f"{used:.0f} CPU-seconds used ({used / max(sampled * cores, 1e-9):.0%} busy), "
              f"{(end - start) * cores - used:.0f} idle",
              f"  the test processes' own: {own:.0f}"]
     lines += [f"  {kind}: {cpu:.0f} ({starts[kind]} processes)"
@@ -171,7 +173,7 @@ def idle_windows(tests: list[dict], busy: list[list[float]], start: float) -> li
     """Each window of the run under ``IDLE_BELOW`` busy, with the files that ran in it."""
     found = []
     windows: dict[int, list[float]] = defaultdict(list)
-    for at, share in busy:
+    for at, share, _ in busy:
         if at >= start:
             windows[int((at - start) // WINDOW_SECONDS)].append(share)
     for window, shares in sorted(windows.items()):

@@ -15,7 +15,8 @@ def recorded() -> tuple[list[dict], dict]:
         {"test": "tests/api/test_a.py::test_two", "start": T0 + 20, "end": T0 + 30, "cpu": 0.5},
         {"test": "tests/model/test_b.py::test_three", "start": T0, "end": T0 + 14, "cpu": 12.0},
     ]
-    busy = [[T0 + SAMPLE_SECONDS * step, 1.0 if step < 30 else 0.25] for step in range(60)]
+    busy = [[T0 + SAMPLE_SECONDS * step, 1.0 if step < 30 else 0.25, SAMPLE_SECONDS]
+            for step in range(60)]
     started = {
         "11": {"test": "tests/api/test_a.py::test_one (setup)", "cpu": 9.0,
                "command": "/v/bin/python -m decide serve --port 4000 "},
@@ -40,6 +41,14 @@ def test_the_summary_counts_the_cpu_by_who_used_it_and_by_file():
     assert files[0].split() == ["24.5", "=", "1.5", "+", "23.0", "wall", "30.0",
                                 "tests/api/test_a.py"]
     assert files[1].split()[-1] == "tests/model/test_b.py"
+
+
+def test_the_cpu_used_counts_each_interval_as_long_as_it_was():
+    """Reading /proc makes an interval a little longer than asked: counted at its length."""
+    tests, machine = recorded()
+    machine["busy"] = [[at, share, 0.6] for at, share, _ in machine["busy"]]
+    assert summary(tests, machine, cores=2)[0].startswith(
+        "3 tests in 30 s on 2 cores: 45 CPU-seconds used (62% busy)")
 
 
 def test_the_windows_where_the_cores_idled_name_what_ran_then():
