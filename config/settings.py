@@ -132,6 +132,10 @@ class Settings(BaseSettings):
     """How long a webhook is retried after its event before it is marked failed."""
     webhook_timeout_seconds: float = Field(default=10.0, gt=0)
     """How long one try waits for the receiver's answer."""
+    webhook_idle_seconds: float = Field(default=4.0, gt=0)
+    """The longest wait between two rounds of the webhook delivery loop that find nothing to
+    do (rounds that find work are half a second apart); a job that ends in the loop's own
+    process, and a retry of its own, start a round at once (``webhooks.delivery``)."""
 
     @field_validator("webhook_allowed_cidrs")
     @classmethod

@@ -25,7 +25,8 @@ rule too), whoever made it. The outbox trigger's condition is built from ``CHANG
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,12 +116,36 @@ class Ended:
     status: str
 
 
+_end_listeners: list[Callable[[], None]] = []
+_end_listeners_lock = threading.Lock()
+
+
+def on_ends(listener: Callable[[], None]) -> Callable[[], None]:
+    """Call ``listener`` (quick, and never raising) each time ``count_ends`` counts jobs that
+    ended in this process: the webhook delivery loop starts a round then, the ends' outbox
+    events being committed. Returns the function that stops the calls."""
+    with _end_listeners_lock:
+        _end_listeners.append(listener)
+
+    def stop() -> None:
+        with _end_listeners_lock:
+            if listener in _end_listeners:
+                _end_listeners.remove(listener)
+    return stop
+
+
 def count_ends(ended: Iterable[Any]) -> list[str]:
     """Count jobs that ended (rows of ``ENDED``, or ``Ended``) in
-    ``decide_jobs_finished_total``; their ids. Called by the store function that ended them,
-    after its transaction committed: a rolled-back end is never counted."""
+    ``decide_jobs_finished_total``, and tell ``on_ends``'s listeners; their ids. Called by the
+    store function that ended them, after its transaction committed: a rolled-back end is
+    never counted."""
     ids = []
     for job in ended:
         metrics.jobs_finished.labels(job.model, job.priority, job.status).inc()
         ids.append(job.id)
+    if ids:
+        with _end_listeners_lock:
+            listeners = tuple(_end_listeners)
+        for listener in listeners:
+            listener()
     return ids

@@ -1,12 +1,18 @@
 """The webhook delivery loop (issue 25, item 3): sends the outbox's due events, at least once.
 
 It runs beside the job delivery loop, in the embedded ``decide serve`` and in every
-``decide worker``: a thread that, every ``TICK_SECONDS``, notes completed batches (writing
-their ``batch.completed`` events), then hands due events to its free senders, each of which
-claims its event for a lease, sends it signed, and records the try. The loop never waits on a
-try, and keys take turns (issue 35, item 4): due events are read key by key in turn, and one
-key's tries in flight are at most ``PER_KEY_IN_FLIGHT``, so a key whose receivers hang holds
-half the senders at most while every other key's events go out. A receiver that fails (no
+``decide worker``: a thread that, in rounds, notes completed batches (writing their
+``batch.completed`` events), then hands due events to its free senders, each of which claims
+its event for a lease, sends it signed, and records the try. Rounds are ``TICK_SECONDS`` apart
+while they find work; each that finds none doubles the wait, up to ``IDLE_TICK_SECONDS``, so an
+idle service does not poll its database twice a second. A job that ends in this process
+(``store.job_life.on_ends``: its outbox event is committed by then) and a retry of this
+loop's falling due start a round at once; an event that another process wrote (a cancel at a
+distributed front door) waits for the next round, ``IDLE_TICK_SECONDS`` at most. The loop
+never waits on a try, and keys take turns (issue 35, item 4): due events are read key by key
+in turn, and one key's tries in flight are at most ``PER_KEY_IN_FLIGHT``, so a key whose
+receivers hang holds half the senders at most while every other key's events go out. A
+receiver that fails (no
 answer, or any status but 2xx) is tried again after ``DECIDE_WEBHOOK_RETRY_SECONDS``, doubling
 each time up to ``DECIDE_WEBHOOK_RETRY_MAX_SECONDS``, until ``DECIDE_WEBHOOK_GIVE_UP_SECONDS``
 after the event; then the event is marked failed. Several loops share the work safely (each
@@ -17,6 +23,7 @@ mid-send leaves its claim to run out, and the event is sent again (the receiver 
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -27,7 +34,7 @@ from urllib.parse import urlsplit
 
 from decide import metrics
 from decide.config.settings import Settings
-from decide.store import batches, job_reads
+from decide.store import batches, job_life, job_reads
 from decide.store.db import Database
 from decide.webhooks import endpoints, outbox
 from decide.webhooks.payloads import batch_data, encoded, job_data
@@ -37,6 +44,9 @@ from decide.worker.loop_thread import LoopThread
 
 log = logging.getLogger("decide.webhooks")
 TICK_SECONDS = 0.5
+IDLE_TICK_SECONDS = 4.0
+"""The longest wait between rounds that find nothing to do (see the module's docstring;
+``DECIDE_WEBHOOK_IDLE_SECONDS`` sets it)."""
 EVENTS_PER_ROUND = 64
 SENDERS = 8
 """Tries in flight at once: one receiver that hangs until its timeout holds one of them."""
@@ -94,22 +104,32 @@ def webhook_delivery(db: Database, settings: Settings) -> WebhookDelivery:
         backoff=Backoff(settings.webhook_retry_seconds, settings.webhook_retry_max_seconds,
                         settings.webhook_give_up_seconds),
         lease_seconds=lease_for(settings.webhook_timeout_seconds),
-        keep_seconds=settings.retention_days * 86_400)
+        keep_seconds=settings.retention_days * 86_400, idle_tick=settings.webhook_idle_seconds)
 
 
 class WebhookDelivery(LoopThread):
     def __init__(self, *, db: Database, sender: Sender, backoff: Backoff,
                  lease_seconds: float, keep_seconds: float,
-                 tick: float = TICK_SECONDS) -> None:
+                 tick: float = TICK_SECONDS, idle_tick: float = IDLE_TICK_SECONDS) -> None:
         """``lease_seconds``: how long a claimed try may take before another sender may try
         again (above the sender's timeout). ``keep_seconds``: how long finished events and
-        their log are kept."""
+        their log are kept. ``tick`` and ``idle_tick``: the waits between rounds, busy and
+        idle."""
         self._db = db
         self._sender = sender
         self._backoff = backoff
         self._lease = lease_seconds
         self._keep = keep_seconds
         self._tick = tick
+        self._idle_tick = max(tick, idle_tick)
+        self._wake = threading.Event()
+        """Set to start a round now: a job ended here, a retry fell due, or the loop stops."""
+        self._retries: list[float] = []
+        """When this loop's retries fall due (``time.monotonic``), a heap."""
+        self._retries_lock = threading.Lock()
+        self._found_work = False
+        """Whether the last round noted a batch, handed out a try or had tries in flight."""
+        self._stop_hearing_ends = lambda: None
         super().__init__("decide-webhooks")
         self._pool = ThreadPoolExecutor(SENDERS, thread_name_prefix="decide-webhook")
         self._purged_at = -PURGE_EVERY_SECONDS
@@ -118,15 +138,46 @@ class WebhookDelivery(LoopThread):
         """Event id → its key, for every try handed to a sender and not yet ended."""
         self._in_flight_lock = threading.Lock()
 
+    def start(self) -> None:
+        self._stop_hearing_ends = job_life.on_ends(self.wake)
+        super().start()
+
+    def stop(self) -> None:
+        self._stop_hearing_ends()
+        super().stop()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Start a round now (or, when one is running, another right after it)."""
+        self._wake.set()
+
     def _loop(self) -> None:
+        wait = self._tick
         while not self._stopping.is_set():
+            self._wake.clear()  # before the round: a wake during it starts the next one
             try:
                 self.dispatch()
+                wait = self._tick if self._found_work else min(2 * wait, self._idle_tick)
             except Exception:  # the loop outlives a database outage
                 log.exception("webhook delivery round failed")
-            self._stopping.wait(self._tick)
+                wait = self._tick
+            self._wake.wait(self._until_a_retry(wait))
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._sender.close()
+
+    def _until_a_retry(self, wait: float) -> float:
+        """``wait``, or less where one of this loop's retries falls due sooner; the retries
+        due by now are forgotten (this round's due events included them)."""
+        now = time.monotonic()
+        with self._retries_lock:
+            while self._retries and self._retries[0] <= now:
+                heapq.heappop(self._retries)
+            return min(wait, self._retries[0] - now) if self._retries else wait
+
+    def _retry_in(self, seconds: float) -> None:
+        with self._retries_lock:
+            heapq.heappush(self._retries, time.monotonic() + seconds)
+        self._wake.set()  # the loop may be in a long idle wait: it measures again
 
     def round(self) -> int:
         """``dispatch``, then wait for the tries it handed out; returns the tries made."""
@@ -143,6 +194,7 @@ class WebhookDelivery(LoopThread):
         self._purge_if_due()
         with self._in_flight_lock:
             busy = dict(self._in_flight)
+        self._found_work = bool(noted.batches or noted.after or busy)
         free = SENDERS - len(busy)
         if free <= 0:
             return []
@@ -160,6 +212,7 @@ class WebhookDelivery(LoopThread):
             future = self._pool.submit(self._try_safely, event)
             future.add_done_callback(lambda _, event_id=event.id: self._ended(event_id))
             handed.append(future)
+        self._found_work = self._found_work or bool(handed)
         return handed
 
     def _ended(self, event_id: str) -> None:
@@ -195,6 +248,8 @@ class WebhookDelivery(LoopThread):
             log.info("webhook %s, try %d: its lease ran out before it ended; not counted",
                      claimed.id, claimed.attempts)
             return 1
+        if status == outbox.PENDING and retry_in is not None:
+            self._retry_in(retry_in)
         outcome = {outbox.PENDING: "retried"}.get(status, status)
         metrics.webhook_tries.labels(claimed.event_type, outcome).inc()
         if status != outbox.DELIVERED:

@@ -3,6 +3,7 @@ every signature with the ``standardwebhooks`` library (issue 25, item 3)."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import socketserver
 import threading
@@ -420,3 +421,78 @@ def test_due_events_take_keys_in_turn(db):
     assert sorted(event.owner for event in taken) == ["alice", "bob", "bob"]
     assert [event.owner for event in outbox.due_events(db, 100, per_owner=1)] in (
         ["bob", "alice"], ["alice", "bob"])
+
+
+def counting_rounds(delivery: WebhookDelivery) -> list[float]:
+    """The times of the loop's rounds, as they start."""
+    started: list[float] = []
+    dispatch = delivery.dispatch
+
+    def counted():
+        started.append(time.monotonic())
+        return dispatch()
+
+    delivery.dispatch = counted
+    return started
+
+
+def test_an_idle_loop_spreads_its_rounds_out_and_a_job_ending_here_starts_one(db, receiver):
+    """Rounds that find nothing double the wait (0.02 s up to 0.32 s here: 75 rounds in 1.5 s
+    at the busy tick, about 9 so); a job that ends in this process starts one at once. In the
+    second loop rounds are 0.5, 1 and 2 s apart, so one that ends 3.7 s in would otherwise wait
+    for the round at 7.5 s."""
+    idle = WebhookDelivery(db=db, sender=Sender(LOOPBACK, 2.0), backoff=Backoff(0.05, 0.2),
+                           lease_seconds=5.0, keep_seconds=3600.0, tick=0.02, idle_tick=0.32)
+    rounds = counting_rounds(idle)
+    idle.start()
+    time.sleep(1.5)
+    idle.stop()
+    assert idle.join(10)
+    assert 5 <= len(rounds) <= 14, len(rounds)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(rounds)]
+    assert max(gaps) < 0.6 and gaps[-1] > 0.25, gaps  # backed off, never past the idle wait
+
+    endpoint = endpoints.add_endpoint(db, owner="alice", url=receiver.url,
+                                      events=[endpoints.JOB_FINISHED])
+    receiver.trust(endpoint.secret)
+    delivery = WebhookDelivery(db=db, sender=Sender(LOOPBACK, 2.0),
+                               backoff=Backoff(0.05, 0.2), lease_seconds=5.0,
+                               keep_seconds=3600.0, tick=0.5, idle_tick=30.0)
+    delivery.start()
+    try:
+        time.sleep(3.7)
+        ended = time.monotonic()
+        job = finished_job(db)
+        wait_until(lambda: len(receiver.accepted) == 1, timeout=10, poll=0.05,
+                   what="the event sent")
+        assert time.monotonic() - ended < 2.5
+    finally:
+        delivery.stop()
+        assert delivery.join(10)
+    assert receiver.accepted[0].payload["data"]["id"] == job.id
+
+
+def test_a_retry_of_an_idle_loop_goes_out_when_it_falls_due(db, receiver):
+    """The receiver is down for the first try; the retry, due 4 s later, is sent then. Rounds
+    that found nothing would otherwise have backed off past it (0.5, 1, 2, 4 s apart: the
+    round after it about 7.5 s after the first try)."""
+    endpoint = endpoints.add_endpoint(db, owner="alice", url=receiver.url,
+                                      events=[endpoints.JOB_FINISHED])
+    receiver.trust(endpoint.secret)
+    receiver.down()
+    delivery = WebhookDelivery(db=db, sender=Sender(LOOPBACK, 2.0), backoff=Backoff(4.0, 4.0),
+                               lease_seconds=5.0, keep_seconds=3600.0, tick=0.5,
+                               idle_tick=30.0)
+    delivery.start()
+    try:
+        finished_job(db)
+        wait_until(lambda: outbox.deliveries(db, endpoint.id, limit=10), timeout=10,
+                   poll=0.02, what="the first try")
+        failed = time.monotonic()
+        receiver.up()
+        wait_until(lambda: len(receiver.accepted) == 1, timeout=15, poll=0.05,
+                   what="the retry")
+        assert 3.5 < time.monotonic() - failed < 6.0
+    finally:
+        delivery.stop()
+        assert delivery.join(10)
