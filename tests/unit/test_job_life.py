@@ -59,3 +59,19 @@ def test_the_count_triggers_see_every_declared_change():
     assert "OLD.status <> NEW.status" in counts.SQLITE_TRIGGERS["jobs_counted_update"]
     assert all(change.source != change.target for change in job_life.CHANGES)
     assert all(change.source not in FINISHED for change in job_life.CHANGES)
+
+
+def test_ends_counted_here_are_told_to_the_listeners_until_they_stop():
+    heard: list[int] = []
+    stop = job_life.on_ends(lambda: heard.append(1))
+    try:
+        job_life.count_ends([job_life.Ended("job_1", "m", "background", SUCCEEDED),
+                             job_life.Ended("job_2", "m", "foreground", CANCELLED)])
+        assert heard == [1]  # once per count, not per job
+        job_life.count_ends([])  # nothing ended: nothing to tell
+        assert heard == [1]
+    finally:
+        stop()
+    job_life.count_ends([job_life.Ended("job_3", "m", "background", FAILED)])
+    assert heard == [1]
+    stop()  # a second stop is harmless
