@@ -9,8 +9,9 @@ Record a run (any selection; the first stage of ``make test`` here), then summar
 Every test process writes each test's wall time and the CPU time its own process spent in it
 (``tests-<process>.json``). The process that started pytest reads ``/proc`` twice a second
 (``machine.json``): how busy the cores were over each interval, and every process the tests
-started, by the test whose environment it inherited (``PYTEST_CURRENT_TEST``) and its CPU time
-when last seen. A process that lived under half a second may be missed, and one's last half
+started, by the test whose environment it inherited (``PYTEST_CURRENT_TEST``), its CPU time
+when last seen, and when it was first and last seen (how many of each kind were alive at a
+time). A process that lived under half a second may be missed, and one's last half
 second is not counted; reading ``/proc`` costs about one percent of a core. Linux only.
 """
 
@@ -88,7 +89,7 @@ class Recorder:
             self.machine["busy"].append([at, (now[0] - before[0]) / max(spent, 1), at - last])
             before, last = now, at
             for pid in filter(str.isdigit, os.listdir("/proc")):
-                _note_process(self.machine["started"], pid, ticks)
+                _note_process(self.machine["started"], pid, ticks, at)
 
 
 def _cores_busy() -> tuple[int, int]:
@@ -97,8 +98,9 @@ def _cores_busy() -> tuple[int, int]:
     return sum(values) - values[3] - values[4], sum(values)
 
 
-def _note_process(started: dict, pid: str, ticks: int) -> None:
-    """Remember a process a test started (its test, command line and CPU time so far)."""
+def _note_process(started: dict, pid: str, ticks: int, now: float) -> None:
+    """Remember a process a test started (its test, command line, CPU time so far, and when
+    it was first and last seen)."""
     try:
         known = started.get(pid)
         if known is None:
@@ -107,10 +109,11 @@ def _note_process(started: dict, pid: str, ticks: int) -> None:
                          if entry.startswith(b"PYTEST_CURRENT_TEST=")), None)
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
             known = started[pid] = {"test": test, "command": command.decode(errors="replace"),
-                                    "cpu": 0.0}
+                                    "cpu": 0.0, "first": now, "last": now}
         if known["test"] is not None:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             known["cpu"] = (int(fields[11]) + int(fields[12])) / ticks
+            known["last"] = now
     except OSError:  # gone meanwhile, or not ours to read
         pass
 
@@ -142,6 +145,7 @@ def summary(tests: list[dict], machine: dict, cores: int) -> list[str]:
     own = sum(t["cpu"] for t in tests)
     by_kind: Counter[str] = Counter()
     starts: Counter[str] = Counter()
+    alive: Counter[str] = Counter()  # seconds alive, summed over the kind's processes
     by_file: dict[str, Counter[str]] = defaultdict(Counter)
     for process in machine["started"].values():
         if process["test"] is None:
@@ -149,6 +153,7 @@ def summary(tests: list[dict], machine: dict, cores: int) -> list[str]:
         kind = kind_of(process["command"])
         by_kind[kind] += process["cpu"]
         starts[kind] += 1
+        alive[kind] += process.get("last", 0.0) - process.get("first", 0.0)
         by_file[file_of(process["test"])]["started"] += process["cpu"]
     for test in tests:
         by_file[file_of(test["test"])]["own"] += test["cpu"]
@@ -157,7 +162,8 @@ def summary(tests: list[dict], machine: dict, cores: int) -> list[str]:
              f"{used:.0f} CPU-seconds used ({used / max(sampled * cores, 1e-9):.0%} busy), "
              f"{(end - start) * cores - used:.0f} idle",
              f"  the test processes' own: {own:.0f}"]
-    lines += [f"  {kind}: {cpu:.0f} ({starts[kind]} processes)"
+    lines += [f"  {kind}: {cpu:.0f} ({starts[kind]} processes"
+              + (f", {alive[kind] / (end - start):.1f} alive at a time)" if alive[kind] else ")")
               for kind, cpu in by_kind.most_common()]
     lines.append("files by CPU-seconds (own + started; wall in its process):")
     ranked = sorted(by_file.items(), key=lambda pair: -(pair[1]["own"] + pair[1]["started"]))

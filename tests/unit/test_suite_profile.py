@@ -19,7 +19,8 @@ def recorded() -> tuple[list[dict], dict]:
             for step in range(60)]
     started = {
         "11": {"test": "tests/api/test_a.py::test_one (setup)", "cpu": 9.0,
-               "command": "/v/bin/python -m decide serve --port 4000 "},
+               "command": "/v/bin/python -m decide serve --port 4000 ", "first": T0,
+               "last": T0 + 30},
         "12": {"test": "tests/api/test_a.py::test_one (call)", "cpu": 14.0,
                "command": "/v/bin/python -m decide.runner.child 5 "},
         "13": {"test": None, "cpu": 50.0, "command": "/usr/bin/something-else "},
@@ -34,8 +35,8 @@ def test_the_summary_counts_the_cpu_by_who_used_it_and_by_file():
     assert lines[0] == ("3 tests in 30 s on 2 cores: 38 CPU-seconds used (62% busy), "
                         "22 idle")
     assert lines[1] == "  the test processes' own: 14"
-    assert "  runner: 14 (1 processes)" in lines
-    assert "  decide serve: 9 (1 processes)" in lines
+    assert "  runner: 14 (1 processes)" in lines  # recorded before lifetimes were
+    assert "  decide serve: 9 (1 processes, 1.0 alive at a time)" in lines
     assert not any("something-else" in line for line in lines)  # not started by a test
     files = lines[lines.index("files by CPU-seconds (own + started; wall in its process):") + 1:]
     assert files[0].split() == ["24.5", "=", "1.5", "+", "23.0", "wall", "30.0",
@@ -64,3 +65,16 @@ def test_a_started_process_is_known_by_its_command():
     assert kind_of("/v/bin/python -m decide run --noul q? ") == "decide (other commands)"
     assert kind_of("/usr/lib/chromium/chromium --headless ") == "chromium"
     assert kind_of("/usr/bin/objdump -d lib.so ") == "objdump"
+
+
+def test_the_processes_alive_at_a_time_are_counted_by_kind():
+    """Two runners alive 15 s each, one after the other, and a third alive 30 s, in a 30 s
+    run: two alive at a time."""
+    tests, machine = recorded()
+    machine["started"] = {
+        str(pid): {"test": "tests/api/test_a.py::test_one (call)", "cpu": 1.0,
+                   "command": "/v/bin/python -m decide.runner.child 5 ",
+                   "first": first, "last": last}
+        for pid, (first, last) in enumerate([(T0, T0 + 15), (T0 + 15, T0 + 30),
+                                             (T0, T0 + 30)])}
+    assert "  runner: 3 (3 processes, 2.0 alive at a time)" in summary(tests, machine, cores=2)
