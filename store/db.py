@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-import psycopg
 from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.exc import InterfaceError, OperationalError
 
@@ -80,7 +79,11 @@ def make_engine(url: str, *, ping_on_checkout: bool = True,
 
 def connection_keepalives() -> dict[str, int]:
     """``TCP_KEEPALIVES`` as far as the libpq in use knows them (``tcp_user_timeout`` came in
-    libpq 12: an older one refuses every connection that names it)."""
+    libpq 12: an older one refuses every connection that names it). psycopg is imported
+    here, by the first PostgreSQL connection: an embedded service on SQLite never loads it
+    (about 0.1 s of every start)."""
+    import psycopg
+
     if psycopg.pq.version() >= 120000:
         return TCP_KEEPALIVES
     return {name: value for name, value in TCP_KEEPALIVES.items() if name != "tcp_user_timeout"}

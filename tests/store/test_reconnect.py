@@ -4,6 +4,8 @@ dropping every connection (a server restart) by retrying once on a fresh one."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 
 import psycopg
@@ -104,3 +106,23 @@ def test_connections_open_with_keepalives_and_a_connect_timeout_the_url_may_over
         pass
     assert opened[0]["connect_timeout"] == "3"  # the URL's own
     assert opened[0]["keepalives"] == 1 and opened[0]["tcp_user_timeout"] == 30_000
+
+
+def test_an_engine_on_sqlite_never_loads_psycopg(tmp_path):
+    """The embedded service's store opens, writes and reads without the PostgreSQL driver
+    (about 0.1 s of every start); a PostgreSQL engine loads it at its first connection."""
+    check = (
+        "import sys\n"
+        "from sqlalchemy import text\n"
+        "from decide.store.db import make_engine\n"
+        f"engine = make_engine('sqlite:///{tmp_path / 'a.db'}')\n"
+        "with engine.begin() as c:\n"
+        "    c.execute(text('create table t (x integer)'))\n"
+        "    c.execute(text('insert into t values (1)'))\n"
+        "with engine.connect() as c:\n"
+        "    assert c.execute(text('select x from t')).scalar() == 1\n"
+        "print('psycopg' in sys.modules)\n")
+    found = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                           timeout=60)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "False"
