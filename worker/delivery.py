@@ -53,6 +53,11 @@ LOCK_TOUCH_SECONDS = 1.0
 """A leader touches its lock's session before a tick when it has not for this long: far
 below the silence that loses the lock, so a leader back from a freeze long enough to lose
 it always finds out before it acts."""
+FOLLOWER_TICK_SECONDS = 1.0
+"""How often a loop that does not lead tries to take the lock. Each try costs PostgreSQL three
+round trips (a pooled connection's ping, the lock, a rollback), and the lock moves only when
+its leader stops or falls silent for ``LEADER_SILENCE_SECONDS``: a second more before another
+takes over matters little, and a fleet's followers no longer ask five times a second each."""
 
 
 class Delivery(LoopThread):
@@ -96,15 +101,17 @@ class Delivery(LoopThread):
         while not self._stopping.is_set():
             with self._rounds:
                 self._rounds_begun += 1
+            leading = True  # a round that failed is tried again at the leader's pace
             try:
-                if self.leads():
+                leading = self.leads()
+                if leading:
                     self.tick()
             except Exception as error:  # the loop outlives a broker or database outage
                 self._survive(error)
             with self._rounds:
                 self._rounds_done += 1
                 self._rounds.notify_all()
-            self._stopping.wait(TICK_SECONDS)
+            self._stopping.wait(TICK_SECONDS if leading else FOLLOWER_TICK_SECONDS)
 
     def _survive(self, error: Exception) -> None:
         """A statement that gave up waiting for a lock (another session's, maybe frozen) costs

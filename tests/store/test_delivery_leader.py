@@ -8,6 +8,7 @@ import time
 from decide.migrations.apply import upgrade
 from decide.store.db import make_engine
 from decide.worker.delivery import Delivery
+from tests.store.test_delivery_rounds import EmptyLanes
 from tests.support.waits import wait_until
 
 SILENCE = 2.0
@@ -39,3 +40,42 @@ def test_a_frozen_leader_loses_the_lock_and_knows_it_when_it_wakes(postgres_url)
         second.release()
         first_db.dispose()
         second_db.dispose()
+
+
+def recording_leads(loop: Delivery) -> list[bool]:
+    """Each answer of the loop's leadership check, from now on."""
+    answers: list[bool] = []
+    leads = loop.leads
+
+    def recorded() -> bool:
+        answers.append(leads())
+        return answers[-1]
+
+    loop.leads = recorded
+    return answers
+
+
+def test_a_loop_that_does_not_lead_tries_the_lock_once_a_second(postgres_url):
+    """Two running loops for 3 s: the leader's rounds are 0.2 s apart, the follower's a second
+    (FOLLOWER_TICK_SECONDS), so it asks PostgreSQL for the lock 3 or 4 times, not 15."""
+    upgrade(postgres_url)
+    first_db, second_db = make_engine(postgres_url), make_engine(postgres_url)
+    first = Delivery(db=first_db, broker=EmptyLanes(), models=["m"], leader_silence=SILENCE)
+    second = Delivery(db=second_db, broker=EmptyLanes(), models=["m"],
+                      leader_silence=SILENCE)
+    asked = {first: recording_leads(first), second: recording_leads(second)}
+    try:
+        assert first.leads() is True  # the first leads before either runs
+        asked[first].clear()
+        first.start()
+        second.start()
+        time.sleep(3.0)
+    finally:
+        for loop in asked:
+            loop.stop()
+            assert loop.join(timeout=30)
+            loop.release()
+        first_db.dispose()
+        second_db.dispose()
+    assert all(asked[first]) and len(asked[first]) >= 8, asked[first]
+    assert not any(asked[second]) and 2 <= len(asked[second]) <= 5, asked[second]
