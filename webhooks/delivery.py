@@ -12,8 +12,8 @@ distributed front door) waits for the next round, ``IDLE_TICK_SECONDS`` at most.
 never waits on a try, and keys take turns (issue 35, item 4): due events are read key by key
 in turn, and one key's tries in flight are at most ``PER_KEY_IN_FLIGHT``, so a key whose
 receivers hang holds half the senders at most while every other key's events go out. A
-receiver that fails (no
-answer, or any status but 2xx) is tried again after ``DECIDE_WEBHOOK_RETRY_SECONDS``, doubling
+receiver that fails (no answer, or any status but 2xx) is tried again after
+``DECIDE_WEBHOOK_RETRY_SECONDS``, doubling
 each time up to ``DECIDE_WEBHOOK_RETRY_MAX_SECONDS``, until ``DECIDE_WEBHOOK_GIVE_UP_SECONDS``
 after the event; then the event is marked failed. Several loops share the work safely (each
 claim is a conditional UPDATE), and every state is in the database: a process that dies
@@ -155,29 +155,32 @@ class WebhookDelivery(LoopThread):
         wait = self._tick
         while not self._stopping.is_set():
             self._wake.clear()  # before the round: a wake during it starts the next one
+            started = time.monotonic()
             try:
                 self.dispatch()
                 wait = self._tick if self._found_work else min(2 * wait, self._idle_tick)
             except Exception:  # the loop outlives a database outage
                 log.exception("webhook delivery round failed")
                 wait = self._tick
-            self._wake.wait(self._until_a_retry(wait))
+            self._wake.wait(self._until_a_retry(wait, started))
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._sender.close()
 
-    def _until_a_retry(self, wait: float) -> float:
+    def _until_a_retry(self, wait: float, round_started: float) -> float:
         """``wait``, or less where one of this loop's retries falls due sooner; the retries
-        due by now are forgotten (this round's due events included them)."""
-        now = time.monotonic()
+        due when the round started are forgotten (its read of due events included them)."""
         with self._retries_lock:
-            while self._retries and self._retries[0] <= now:
+            while self._retries and self._retries[0] <= round_started:
                 heapq.heappop(self._retries)
-            return min(wait, self._retries[0] - now) if self._retries else wait
+            if not self._retries:
+                return wait
+            return max(0.0, min(wait, self._retries[0] - time.monotonic()))
 
     def _retry_in(self, seconds: float) -> None:
+        """Note when a retry of this loop's falls due. The loop is not in a long wait
+        meanwhile: a round that saw the try in flight waits ``TICK_SECONDS`` only."""
         with self._retries_lock:
             heapq.heappush(self._retries, time.monotonic() + seconds)
-        self._wake.set()  # the loop may be in a long idle wait: it measures again
 
     def round(self) -> int:
         """``dispatch``, then wait for the tries it handed out; returns the tries made."""
