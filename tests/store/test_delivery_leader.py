@@ -57,7 +57,8 @@ def recording_leads(loop: Delivery) -> list[bool]:
 
 def test_a_loop_that_does_not_lead_tries_the_lock_once_a_second(postgres_url):
     """Two running loops for 3 s: the leader's rounds are 0.2 s apart, the follower's a second
-    (FOLLOWER_TICK_SECONDS), so it asks PostgreSQL for the lock 3 or 4 times, not 15."""
+    (FOLLOWER_TICK_SECONDS), so it asks PostgreSQL for the lock 3 or 4 times, not 15; the
+    leader's ticks may take a while on a busy host, so it is held to 6 rounds or more."""
     upgrade(postgres_url)
     first_db, second_db = make_engine(postgres_url), make_engine(postgres_url)
     first = Delivery(db=first_db, broker=EmptyLanes(), models=["m"], leader_silence=SILENCE)
@@ -77,5 +78,5 @@ def test_a_loop_that_does_not_lead_tries_the_lock_once_a_second(postgres_url):
             loop.release()
         first_db.dispose()
         second_db.dispose()
-    assert all(asked[first]) and len(asked[first]) >= 8, asked[first]
+    assert all(asked[first]) and len(asked[first]) >= 6, asked[first]  # 15 on an idle host
     assert not any(asked[second]) and 2 <= len(asked[second]) <= 5, asked[second]
