@@ -42,7 +42,8 @@ lint: install
 # The suite runs in TEST_PROCESSES processes (pytest-xdist), each test file whole in one of
 # them (its module's servers started once); every test makes its own databases, ports and
 # folders, so they are independent. The files go out in the order tests/conftest.py gives
-# them (the most `slow` tests first); xdist would otherwise re-sort them by their test counts.
+# them (longest first, by the seconds tests/file_seconds.json records); xdist would otherwise
+# re-sort them by their test counts.
 # The few that measure a latency against a bound (the `serial` marker) run after the others,
 # alone, so that what they time is the service; only the files that mark one are collected
 # for them (collecting all 150 files took 3.4 s more).

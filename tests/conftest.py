@@ -6,8 +6,10 @@ llama_cpp), this process takes the llama.cpp build the runners use on this host
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as every decide command (decide.cli)
 # Runners start about a hundred times in the suite: without their warm reads each start takes
@@ -71,27 +73,47 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         tier = item.path.parent.name
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
-    heavy_files_first(items)
+    hand_out_order(items)
 
 
-IN_PROCESS_TIERS = ("app", "unit")
-"""The tiers that start no process: their files take a second or two each, so they go last."""
+HAND_OUT_ORDER = ("api", "browser", "distributed", "ops", "model store", "app unit")
+"""The blocks of tiers whose files are handed out in turn, after the files with ``slow`` tests:
+the tiers that start servers and wait on them; then the model tier's in-process decodes beside
+the store tier's waits on its databases (the store files alone at once left the cores a quarter
+idle); then the in-process tiers, whose files take a second or two each and fill the end."""
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
+"""Each file's wall seconds in one first stage of ``make test`` (written by
+``python -m tests.support.suite_profile FOLDER --file-seconds tests/file_seconds.json``)."""
 
 
-def heavy_files_first(items: list[pytest.Item]) -> None:
-    """The files with the most ``slow`` tests first, then the other files that start servers,
-    then the in-process tiers' (``IN_PROCESS_TIERS``), each file's tests in their own order:
-    the parallel run (``make test``) hands out whole files as processes free up, so the longest
-    start early and the short ones fill the end, rather than one long file running alone (a
-    store file of 28 s handed out among the last kept one process busy alone)."""
-    slow: dict[object, int] = {}
+def hand_out_order(items: list[pytest.Item], recorded: dict[str, float] | None = None) -> None:
+    """The files with the most ``slow`` tests first, then block by block (``HAND_OUT_ORDER``),
+    each block's files longest first by their recorded seconds (a file not yet recorded last
+    in its block), each file's tests in their own order. The parallel run (``make test``)
+    hands out whole files as processes free up, so the long ones start early and the short
+    ones fill the end, rather than one long file running alone while the others have ended
+    (a store file of 50 s, mostly waits, handed out among the last kept one process 25 s
+    alone, 2026-12-07). Ordered by their seconds alone, whatever their tier, the model tier's
+    decodes ran beside the servers' Python, and the one run of that order used 1,121
+    CPU-seconds against 1,021 and 1,030 for the order before it (one host, whose own noise
+    moves a run's CPU by up to a tenth): the tiers are kept together."""
+    if recorded is None:
+        recorded = json.loads(FILE_SECONDS.read_text())["seconds"]
+    slow: dict[Path, int] = {}
     for item in items:
         slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
-    first_seen: dict[object, int] = {}
+    first_seen: dict[Path, int] = {}
     for index, item in enumerate(items):
         first_seen.setdefault(item.path, index)
-    items.sort(key=lambda item: (-slow[item.path], item.path.parent.name in IN_PROCESS_TIERS,
-                                 first_seen[item.path]))
+
+    def key(path: Path) -> tuple:
+        tier = path.parent.name
+        block = next((index for index, tiers in enumerate(HAND_OUT_ORDER)
+                      if tier in tiers.split()), len(HAND_OUT_ORDER) - 2)
+        seconds = recorded.get("/".join(path.parts[-3:]), 0.0)  # tests/<tier>/test_<name>.py
+        return -slow[path], block, -seconds, first_seen[path]
+
+    items.sort(key=lambda item: key(item.path))
 
 
 @pytest.fixture(scope="session")

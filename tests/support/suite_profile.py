@@ -6,6 +6,9 @@ Record a run (any selection; the first stage of ``make test`` here), then summar
         -n 3 --dist loadfile --no-loadscope-reorder -m "not serial" -q
     .venv/bin/python -m tests.support.suite_profile /tmp/profile
 
+and, from a first stage run as ``make test`` runs it, ``--file-seconds tests/file_seconds.json``
+records each file's wall seconds, which ``tests/conftest.py`` hands the files out by.
+
 Every test process writes each test's wall time and the CPU time its own process spent in it
 (``tests-<process>.json``). The process that started pytest reads ``/proc`` twice a second
 (``machine.json``): how busy the cores were over each interval, and every process the tests
@@ -17,6 +20,7 @@ second is not counted; reading ``/proc`` costs about one percent of a core. Linu
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -193,14 +197,42 @@ def idle_windows(tests: list[dict], busy: list[list[float]], start: float) -> li
     return found
 
 
-def main(folder: str) -> None:
-    tests = [test for path in sorted(Path(folder).glob("tests-*.json"))
+def file_seconds(tests: list[dict]) -> dict[str, float]:
+    """Each file's wall seconds in the recorded run (its tests' sum), longest first: what
+    ``tests/conftest.py`` orders the files by."""
+    seconds: Counter[str] = Counter()
+    for test in tests:
+        seconds[file_of(test["test"])] += test["end"] - test["start"]
+    return {name: round(spent, 1) for name, spent in seconds.most_common()}
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.support.suite_profile")
+    parser.add_argument("folder", help="the folder a run recorded into (--suite-profile)")
+    parser.add_argument("--file-seconds", metavar="JSON",
+                        help="also write each file's wall seconds there "
+                             "(tests/file_seconds.json, the order files are handed out in)")
+    args = parser.parse_args(argv)
+    tests = [test for path in sorted(Path(args.folder).glob("tests-*.json"))
              for test in json.loads(path.read_text())]
     if not tests:
-        raise SystemExit(f"no test was recorded in {folder}")
-    machine = json.loads((Path(folder) / "machine.json").read_text())
+        raise SystemExit(f"no test was recorded in {args.folder}")
+    machine = json.loads((Path(args.folder) / "machine.json").read_text())
     print("\n".join(summary(tests, machine, os.cpu_count() or 1)))
+    if args.file_seconds:
+        measured = (f"{time.strftime('%Y-%m-%d', time.gmtime(min(t['start'] for t in tests)))}"
+                    f", {os.cpu_count()} cores, {_cpu_name()}")
+        Path(args.file_seconds).write_text(json.dumps(
+            {"measured": measured, "seconds": file_seconds(tests)}, indent=1) + "\n")
+
+
+def _cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return value.strip()
+    return "an unnamed CPU"
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.support.suite_profile import SAMPLE_SECONDS, kind_of, summary
+from tests.support.suite_profile import SAMPLE_SECONDS, file_seconds, kind_of, summary
 
 T0 = 1_000.0
 
@@ -78,3 +78,9 @@ def test_the_processes_alive_at_a_time_are_counted_by_kind():
         for pid, (first, last) in enumerate([(T0, T0 + 15), (T0 + 15, T0 + 30),
                                              (T0, T0 + 30)])}
     assert "  runner: 3 (3 processes, 2.0 alive at a time)" in summary(tests, machine, cores=2)
+
+
+def test_each_files_seconds_are_its_tests_walls_summed_longest_first():
+    tests, _ = recorded()
+    assert list(file_seconds(tests).items()) == [("tests/api/test_a.py", 30.0),
+                                                 ("tests/model/test_b.py", 14.0)]
