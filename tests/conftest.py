@@ -81,6 +81,8 @@ HAND_OUT_ORDER = ("api", "browser", "distributed", "ops", "model store", "app un
 the tiers that start servers and wait on them; then the model tier's in-process decodes beside
 the store tier's waits on its databases (the store files alone at once left the cores a quarter
 idle); then the in-process tiers, whose files take a second or two each and fill the end."""
+UNNAMED_TIER_BLOCK = HAND_OUT_ORDER.index("model store")
+"""Where a tier ``HAND_OUT_ORDER`` does not name goes."""
 FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
 """Each file's wall seconds in one first stage of ``make test`` (written by
 ``python -m tests.support.suite_profile FOLDER --file-seconds tests/file_seconds.json``)."""
@@ -109,7 +111,7 @@ def hand_out_order(items: list[pytest.Item], recorded: dict[str, float] | None =
     def key(path: Path) -> tuple:
         tier = path.parent.name
         block = next((index for index, tiers in enumerate(HAND_OUT_ORDER)
-                      if tier in tiers.split()), len(HAND_OUT_ORDER) - 2)
+                      if tier in tiers.split()), UNNAMED_TIER_BLOCK)
         seconds = recorded.get("/".join(path.parts[-3:]), 0.0)  # tests/<tier>/test_<name>.py
         return -slow[path], block, -seconds, first_seen[path]
 
