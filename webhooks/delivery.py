@@ -1,24 +1,22 @@
 """The webhook delivery loop (issue 25, item 3): sends the outbox's due events, at least once.
 
-It runs beside the job delivery loop, in the embedded ``decide serve`` and in every
-``decide worker``: a thread that, in rounds, notes completed batches (writing their
-``batch.completed`` events), then hands due events to its free senders, each of which claims
-its event for a lease, sends it signed, and records the try. Rounds are ``TICK_SECONDS`` apart
-while they find work; each that finds none doubles the wait, up to ``IDLE_TICK_SECONDS``, so an
-idle service does not poll its database twice a second. A job that ends in this process
-(``store.job_life.on_ends``: its outbox event is committed by then) and a retry of this
-loop's falling due start a round at once; an event that another process wrote (a cancel at a
-distributed front door) waits for the next round, ``IDLE_TICK_SECONDS`` at most. The loop
-never waits on a try, and keys take turns (issue 35, item 4): due events are read key by key
-in turn, and one key's tries in flight are at most ``PER_KEY_IN_FLIGHT``, so a key whose
-receivers hang holds half the senders at most while every other key's events go out. A
-receiver that fails (no answer, or any status but 2xx) is tried again after
-``DECIDE_WEBHOOK_RETRY_SECONDS``, doubling
-each time up to ``DECIDE_WEBHOOK_RETRY_MAX_SECONDS``, until ``DECIDE_WEBHOOK_GIVE_UP_SECONDS``
-after the event; then the event is marked failed. Several loops share the work safely (each
-claim is a conditional UPDATE), and every state is in the database: a process that dies
-mid-send leaves its claim to run out, and the event is sent again (the receiver dedupes by
-``webhook-id``).
+It runs beside the job delivery loop, in the embedded ``decide serve`` and in every ``decide
+worker``: a thread that, in rounds, notes completed batches (writing their ``batch.completed``
+events), then hands due events to its free senders, each of which claims its event for a lease,
+sends it signed, and records the try. Rounds are ``TICK_SECONDS`` apart while they find work; each
+that finds none doubles the wait, up to ``IDLE_TICK_SECONDS``, so an idle service does not poll its
+database twice a second. A job that ends in this process (``store.job_life.on_ends``: its outbox
+event is committed by then) starts a round at once, and the wait before a round never runs past a
+retry of this loop's falling due; an event that another process wrote (a cancel at a distributed
+front door) waits for the next round, ``IDLE_TICK_SECONDS`` at most. The loop never waits on a try,
+and keys take turns (issue 35, item 4): due events are read key by key in turn, and one key's tries
+in flight are at most ``PER_KEY_IN_FLIGHT``, so a key whose receivers hang holds half the senders at
+most while every other key's events go out. A receiver that fails (no answer, or any status but 2xx)
+is tried again after ``DECIDE_WEBHOOK_RETRY_SECONDS``, doubling each time up to
+``DECIDE_WEBHOOK_RETRY_MAX_SECONDS``, until ``DECIDE_WEBHOOK_GIVE_UP_SECONDS`` after the event; then
+the event is marked failed. Several loops share the work safely (each claim is a conditional
+UPDATE), and every state is in the database: a process that dies mid-send leaves its claim to run
+out, and the event is sent again (the receiver dedupes by ``webhook-id``).
 """
 
 from __future__ import annotations
@@ -123,7 +121,8 @@ class WebhookDelivery(LoopThread):
         self._tick = tick
         self._idle_tick = max(tick, idle_tick)
         self._wake = threading.Event()
-        """Set to start a round now: a job ended here, a retry fell due, or the loop stops."""
+        """Set to start a round now: a job ended here, or the loop stops (a retry of this
+        loop's needs no wake: the wait before the next round ends when it falls due)."""
         self._retries: list[float] = []
         """When this loop's retries fall due (``time.monotonic``), a heap."""
         self._retries_lock = threading.Lock()
