@@ -24,6 +24,9 @@ before (EVALUATION.md, "What was tried")."""
 FOLDS = 5
 MIN_SCALE = 1e-6
 MAX_ITERATIONS = 500
+GRADIENT_TOLERANCE = 1e-5
+"""L-BFGS-B stops where no component of the loss's gradient over all the weights exceeds this
+(scipy's default ``gtol``), or where an iteration lowers the loss by less than its ``ftol``."""
 
 BETWEEN_FITS: ContextVar[Callable[[], None] | None] = ContextVar("between_fits", default=None)
 """Called before each of a fit's model fits (``decide.teach.fit.fit_readout``'s ``between``)."""
@@ -138,6 +141,60 @@ class Model:
             model_identity=model_identity)
 
 
+def row_space(z: np.ndarray) -> np.ndarray | None:
+    """Orthonormal rows spanning every row of ``z``, where there are fewer examples than
+    features (else None): the weights are fitted in their coordinates.
+
+    The penalised loss sees the weights only through ``z @ w`` and ``|w|²``, and every
+    gradient from the zero start lies in this space, so L-BFGS-B takes the same steps in its
+    coordinates (an orthonormal change of basis leaves its steps and line searches alone) on
+    ``min(n, d)`` numbers an answer in place of ``d`` (16 in place of 640 for a fold of 20
+    examples). A fit of 20 examples of three 640-wide readings took about 30% less CPU
+    (12.3 to 8.7 s, 2026-12-07; scipy's own work per step is most of what is left).
+    ``minimised`` keeps the stopping rule, so the weights are the features' own fit's."""
+    if len(z) >= z.shape[1]:
+        return None
+    return np.linalg.svd(z, full_matrices=False)[2]
+
+
+def in_features(weights: np.ndarray, basis: np.ndarray | None) -> np.ndarray:
+    """Weights (one row an answer) from ``row_space`` coordinates back to the features."""
+    return weights if basis is None else weights @ basis
+
+
+def minimised(loss: Callable[[np.ndarray], tuple[float, np.ndarray]], start: np.ndarray,
+              basis: np.ndarray | None, rows: int) -> np.ndarray:
+    """L-BFGS-B's minimum of ``loss`` (value and gradient) from ``start``, whose first
+    ``rows`` × ``len(basis)`` numbers are weights in ``row_space`` coordinates (the features
+    themselves where ``basis`` is None). Its gradient test reads the largest component, which
+    a change of basis moves, so in coordinates the test is made on the gradient over the
+    features, after each iteration: the fit stops at the iterate the features' own would."""
+    from scipy.optimize import minimize  # half a second of imports, paid by a fit only
+
+    options = {"maxiter": MAX_ITERATIONS, "gtol": GRADIENT_TOLERANCE}
+    if basis is None:
+        return minimize(loss, start, jac=True, method="L-BFGS-B", options=options).x
+    last: dict[str, np.ndarray] = {}
+
+    def remembered(params: np.ndarray) -> tuple[float, np.ndarray]:
+        value, gradient = loss(params)
+        last["at"], last["gradient"] = params.copy(), gradient
+        return value, gradient
+
+    def stop_where_converged(intermediate_result) -> None:
+        if not np.array_equal(last["at"], intermediate_result.x):
+            remembered(intermediate_result.x)
+        gradient = last["gradient"]
+        weights = gradient[:rows * len(basis)].reshape(rows, len(basis)) @ basis
+        largest = max(np.abs(weights).max(), np.abs(gradient[rows * len(basis):]).max(
+            initial=0.0))
+        if largest <= GRADIENT_TOLERANCE:
+            raise StopIteration
+
+    return minimize(remembered, start, jac=True, method="L-BFGS-B",
+                    callback=stop_where_converged, options={**options, "gtol": 0.0}).x
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
     shifted = logits - logits.max(axis=1, keepdims=True)
     weights = np.exp(shifted)
@@ -146,6 +203,9 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 def fit_softmax(z: np.ndarray, y: np.ndarray, k: int,
                  penalty: float) -> tuple[np.ndarray, np.ndarray]:
+    basis = row_space(z)
+    if basis is not None:
+        z = z @ basis.T
     n, d = z.shape
     targets = np.zeros((n, k))
     targets[np.arange(n), y] = 1.0
@@ -163,11 +223,8 @@ def fit_softmax(z: np.ndarray, y: np.ndarray, k: int,
                                    difference.sum(axis=0)])
         return value, gradient
 
-    from scipy.optimize import minimize  # half a second of imports, paid by a fit only
-
-    result = minimize(loss, np.zeros(k * d + k), jac=True, method="L-BFGS-B",
-                      options={"maxiter": MAX_ITERATIONS})
-    return result.x[:k * d].reshape(k, d), result.x[k * d:]
+    found = minimised(loss, np.zeros(k * d + k), basis, k)
+    return in_features(found[:k * d].reshape(k, d), basis), found[k * d:]
 
 
 def _sigmoid(values: np.ndarray) -> np.ndarray:
@@ -189,6 +246,9 @@ def _ordinal_probabilities(score: np.ndarray, thresholds: np.ndarray) -> np.ndar
 def _fit_ordinal(z: np.ndarray, y: np.ndarray, k: int,
                  penalty: float) -> tuple[np.ndarray, np.ndarray]:
     """Cumulative logits: ``P(y ≤ j) = σ(θ_j − w·z)``, θ increasing."""
+    basis = row_space(z)
+    if basis is not None:
+        z = z @ basis.T
     n, d = z.shape
     shares = np.array([(y <= j).mean() for j in range(k - 1)])
     start = np.log(np.clip(shares, 0.02, 0.98) / (1 - np.clip(shares, 0.02, 0.98)))
@@ -218,8 +278,5 @@ def _fit_ordinal(z: np.ndarray, y: np.ndarray, k: int,
         grad_raw = np.concatenate([[tail[0]], tail[1:] * np.exp(raw[1:])])
         return value, np.concatenate([grad_weights, grad_raw])
 
-    from scipy.optimize import minimize
-
-    result = minimize(loss, np.concatenate([np.zeros(d), start_raw]), jac=True,
-                      method="L-BFGS-B", options={"maxiter": MAX_ITERATIONS})
-    return result.x[:d], _thresholds(result.x[d:])
+    found = minimised(loss, np.concatenate([np.zeros(d), start_raw]), basis, 1)
+    return in_features(found[None, :d], basis)[0], _thresholds(found[d:])
