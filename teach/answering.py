@@ -40,7 +40,6 @@ from decide.core.taught import (
     superseded,
 )
 from decide.llm.catalog import gguf_path
-from decide.llm.hidden import HiddenProjection, HiddenStateUnavailable
 from decide.llm.identity import model_identity
 from decide.teach import records as taught_records
 
@@ -207,6 +206,9 @@ def check_examples(raw: Any, question: Question, *, labelled: int,
 
 def check_readable(ctx: ApiContext, model: str) -> None:
     """A model whose hidden state cannot be recovered cannot be taught (422 at ``model``)."""
+    # numpy and gguf's readers (0.1 s of a front door's start) load with the first teaching
+    from decide.llm.hidden import HiddenProjection, HiddenStateUnavailable
+
     config = ctx.catalog.get(model)
     try:
         HiddenProjection.of(gguf_path(config, ctx.settings))

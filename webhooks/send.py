@@ -21,13 +21,16 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 from standardwebhooks.webhooks import Webhook
 
 from decide.transport.name_lookup import lookup_slots, resolve_host, resolve_within
 from decide.webhooks.outbox import Try
+
+if TYPE_CHECKING:
+    import httpx
 from decide.webhooks.urls import RefusedUrl, WebhookPolicy, check_url
 
 USER_AGENT = "decide-webhooks/1"
@@ -60,7 +63,10 @@ class Sender:
 
     def _http(self) -> httpx.Client:
         """Made at the first send: its TLS context costs a fifth of a second of CPU, at every
-        start of a front door and a worker, most of which never send a webhook."""
+        start of a front door and a worker, most of which never send a webhook; httpx itself
+        is imported then too (a fifth of a second more)."""
+        import httpx
+
         if self._client is None:
             self._client = httpx.Client(timeout=self._timeout, follow_redirects=False,
                                         limits=httpx.Limits(max_keepalive_connections=0),
@@ -72,6 +78,8 @@ class Sender:
             self._client.close()
 
     def send(self, url: str, secret: str, message_id: str, payload: str) -> Sent:
+        import httpx  # at the first send (``_http``)
+
         start = time.monotonic()
 
         def took() -> float:

@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from decide.core.questions import json_kind
 
 
@@ -107,6 +105,8 @@ def service_url(*, needed: bool) -> Callable[[str], str]:
 
 
 def _url_problem(text: str) -> str | None:
+    import httpx  # only where a --url is given: the commands that run here never load it
+
     try:
         urlsplit(text).port  # noqa: B018  (reading it checks it: "Invalid IPv6 URL", …)
         parsed = httpx.URL(text)

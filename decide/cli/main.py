@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from decide.cli import remote
 from decide.cli.common import (
     PORT_NUMBER,
     UsageError,
@@ -27,7 +26,6 @@ from decide.cli.common import (
 from decide.cli.request import add_question_args, inline_questions, request_body
 from decide.cli.status_view import render_status
 from decide.cli.teaching import add_teach_parser
-from decide.client import Client
 from decide.client.errors import APIError
 from decide.core.errors import ConfigError, DecideError, InvalidRequest, RequestTooLarge
 from decide.core.protocol import PRIORITIES, parse_request
@@ -85,7 +83,7 @@ def _add_answering_commands(commands: Any) -> None:
     job.add_argument("job_id")
     job.add_argument("--wait", action="store_true", help="wait until the job has finished")
     add_service_args(job, service_url, needs_service=True)
-    job.set_defaults(handler=remote.job)
+    job.set_defaults(handler=_remote("job"))
 
     batch = commands.add_parser("batch", help="one question set over a JSONL file of states")
     batch.add_argument("items", metavar="FILE.jsonl",
@@ -102,7 +100,7 @@ def _add_answering_commands(commands: Any) -> None:
     results.add_argument("--csv", action="store_true",
                          help="CSV as GET /v1/batches/{id}/results?format=csv gives it")
     add_service_args(results, service_url, needs_service=True)
-    results.set_defaults(handler=remote.results)
+    results.set_defaults(handler=_remote("results"))
 
 
 def _add_quality_commands(commands: Any) -> None:
@@ -191,6 +189,19 @@ def _in_service(command: str) -> Handler:
     return handler
 
 
+def _remote(command: str) -> Handler:
+    """The handler of a command of ``decide.cli.remote``, imported only when it runs: it loads
+    the client and httpx, which the commands that run here (``serve``, ``worker``, ``run``)
+    never need."""
+
+    def handler(args: argparse.Namespace) -> int:
+        from decide.cli import remote
+
+        return getattr(remote, command)(args)
+
+    return handler
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -247,6 +258,8 @@ def run_command(args: argparse.Namespace) -> int:
     if args.url:
         if args.rows:
             raise UsageError("--rows needs the model's vocabulary: run it without --url")
+        from decide.cli import remote
+
         return remote.remote_run(args, request_body(args))
     from decide.cli.service import run_in_process  # the server extra's; loads llama_cpp
 
@@ -254,6 +267,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def submit_command(args: argparse.Namespace) -> int:
+    from decide.cli import remote
+
     return remote.submit(args, request_body(args))
 
 
@@ -265,12 +280,16 @@ def batch_command(args: argparse.Namespace) -> int:
         questions = inline_questions(args.inline)
     else:
         raise UsageError("no questions: give --choice, --noul, --score or --questions FILE")
+    from decide.cli import remote
+
     return remote.batch(args, questions)
 
 
 def status_command(args: argparse.Namespace) -> int:
     """``decide status``: a refusal is said as every remote command says it
     (``decide: authentication_error: …``)."""
+    from decide.client import Client
+
     with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
         report = client.status()
     print(json.dumps(report, indent=2) if args.json else render_status(report), end="\n"
@@ -283,6 +302,8 @@ def eval_command(args: argparse.Namespace) -> int:
         items = load_set(Path(args.set) if args.set else None)[:args.limit]
     progress = show_progress
     if args.url:
+        from decide.client import Client
+
         with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
             def ask(state: Any, question: dict[str, Any]) -> dict[str, Any]:
                 return client.decide(state, {"q": question}, model=args.model).raw[

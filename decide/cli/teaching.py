@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from decide.cli.common import add_service_args, positive_seconds, reading, whole_number
 from decide.cli.holdout import both_ways, question_key, render_holdout, score_holdout
-from decide.client import Client
 from decide.client.errors import InvalidRequestError
 from decide.core.protocol import is_blank_state
 from decide.core.questions import Collector, parse_question
@@ -23,6 +22,9 @@ from decide.core.taught import (
     answer_keys,
     match_key,
 )
+
+if TYPE_CHECKING:
+    from decide.client import Client
 
 LINE = "line"
 """An example's line in its file (``read_examples``), for errors; never sent."""
@@ -184,6 +186,8 @@ def teach_command(args: argparse.Namespace) -> int:
 def _teach_through(args: argparse.Namespace, chosen: list[tuple[dict[str, Any], list[Any]]],
                    held_out: dict[str, list[dict[str, Any]]]) -> int:
     """``--url``: each question taught through the service, and its held-out items asked."""
+    from decide.client import Client  # httpx: loaded by the commands that go through --url
+
     failed = 0
     with Client(args.url, api_key=args.api_key, timeout=args.timeout) as client:
         for question, examples in chosen:  # every question checked before any is taught

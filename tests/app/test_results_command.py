@@ -11,7 +11,7 @@ import json
 import httpx
 import pytest
 
-from decide.cli import main as cli_main
+import decide.client
 from decide.cli import remote
 from decide.cli.main import main
 from decide.client import Client
@@ -32,7 +32,7 @@ def through_door(front_door, monkeypatch):
         return Client(url, transport=httpx.MockTransport(forward), **options)
 
     monkeypatch.setattr(remote, "Client", client)
-    monkeypatch.setattr(cli_main, "Client", client)
+    monkeypatch.setattr(decide.client, "Client", client)
     monkeypatch.setenv("DECIDE_API_KEY", "key-alpha")
     return front_door
 

@@ -95,3 +95,17 @@ def test_the_watcher_sees_numpy_first_where_it_comes_first(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     line = next(line for line in done.stdout.splitlines() if line.startswith("ORDER "))
     assert json.loads(line.removeprefix("ORDER "))[0] == "numpy"
+
+
+def test_the_service_and_the_commands_that_run_here_leave_httpx_out():
+    """``decide serve``'s and ``decide worker``'s imports (``decide run``'s too) hold no HTTP
+    client: httpx brings rich and pygments (its own command line), a tenth of a CPU-second of
+    every start, and only the commands that go through ``--url`` and a webhook's first send
+    need it (``decide.client`` names its clients lazily)."""
+    code = ("import sys\n"
+            "import decide.cli.main, decide.cli.service, decide.launch.embedded\n"
+            "import decide.launch.celery_worker, decide.client, decide.client.errors\n"
+            "print(sorted(name for name in ('httpx', 'rich') if name in sys.modules))")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, timeout=120)
+    assert found.stdout.strip() == "[]", found.stdout + found.stderr[-2000:]

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from decide.cli import main as cli_main
+import decide.client
 from decide.cli import remote
 from decide.cli.main import main
 from decide.cli.service import database_problem, is_database_error, masked_url
@@ -43,7 +43,7 @@ def no_requests(monkeypatch: pytest.MonkeyPatch) -> list[httpx.Request]:
         return Client(url, transport=httpx.MockTransport(answer), **options)
 
     monkeypatch.setattr(remote, "Client", client)
-    monkeypatch.setattr(cli_main, "Client", client)
+    monkeypatch.setattr(decide.client, "Client", client)
     return sent
 
 
@@ -72,7 +72,7 @@ def test_a_batch_id_is_one_path_segment(capsys, no_requests):
 @pytest.mark.parametrize("nothing", ["", "null", " "])
 def test_empty_metadata_is_none(no_requests, nothing):
     """A script's ``--metadata "$META"`` with nothing in it submits without metadata."""
-    assert cli_main.main(["submit", "x", "--noul", "ok?", "--metadata", nothing,
+    assert main(["submit", "x", "--noul", "ok?", "--metadata", nothing,
                           "--url", NOWHERE]) == 0
     assert "metadata" not in json.loads(no_requests[0].content)
 
@@ -145,7 +145,7 @@ def test_status_uses_the_timeout_given(monkeypatch, capsys):
             answer = httpx.Response(200, json={"lanes": {}, "workers": [], "models": []})
             super().__init__(url, transport=httpx.MockTransport(lambda _: answer), **options)
 
-    monkeypatch.setattr(cli_main, "Client", Recorded)
+    monkeypatch.setattr(decide.client, "Client", Recorded)
     assert main(["status", "--json", "--timeout", "2.5", "--url", NOWHERE]) == 0
     assert main(["status", "--json", "--url", NOWHERE]) == 0
     assert used == [2.5, 10.0]

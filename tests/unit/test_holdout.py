@@ -61,9 +61,9 @@ def test_teach_through_a_service_prints_the_held_out_figures(tmp_path, monkeypat
            "readout": "softmax", "penalty": 1.0, "fit_ms": 10.0, "seconds": 1.0,
            "taught": {"accuracy": 0.5, "ece": 0.1, "log_loss": 0.7},
            "gate": {"used": True, "reason": "it beats zero-shot"}}
-    monkeypatch.setattr("decide.cli.teaching.Client.check_teaching",
+    monkeypatch.setattr("decide.client.sync.Client.check_teaching",
                         lambda *args, **kwargs: {"valid": True})
-    monkeypatch.setattr("decide.cli.teaching.Client.teach", lambda *args, **kwargs:
+    monkeypatch.setattr("decide.client.sync.Client.teach", lambda *args, **kwargs:
                         SimpleNamespace(status="ready", fit=fit, error=None, id="tq_1"))
     asked = []
 
@@ -72,7 +72,7 @@ def test_teach_through_a_service_prints_the_held_out_figures(tmp_path, monkeypat
         return SimpleNamespace(answers={TAUGHT: NoulAnswer(noul=0.8),
                                         ZERO_SHOT: NoulAnswer(noul=0.5)})
 
-    monkeypatch.setattr("decide.cli.teaching.Client.decide", decide)
+    monkeypatch.setattr("decide.client.sync.Client.decide", decide)
     assert main(["teach", str(examples), "--url", "http://127.0.0.1:9",
                  "--holdout", str(held)]) == 0
     out = capsys.readouterr().out

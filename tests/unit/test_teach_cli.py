@@ -63,7 +63,7 @@ def test_a_bad_answer_or_state_names_the_file_and_line_before_anything_is_taught
     good = [{"state": f"s{index}", "question": NOUL, "answer": ["yes", "no"][index % 2]}
             for index in range(4)]
     taught: list = []
-    monkeypatch.setattr("decide.cli.teaching.Client.teach",
+    monkeypatch.setattr("decide.client.sync.Client.teach",
                         lambda *args, **kwargs: taught.append(args))
     for bad, words in ([{"state": "x", "question": NOUL, "answer": "maybe"}, "'maybe'"],
                        [{"state": "  ", "question": NOUL, "answer": "yes"}, "non-blank"]):
@@ -83,7 +83,7 @@ def test_a_question_lacking_an_answer_is_refused_naming_it_before_anything_is_ta
     path = tmp_path / "examples.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     taught = []
-    monkeypatch.setattr("decide.cli.teaching.Client.teach",
+    monkeypatch.setattr("decide.client.sync.Client.teach",
                         lambda *args, **kwargs: taught.append(args))
     assert main(["teach", str(path), "--url", "http://127.0.0.1:9"]) == 1
     error = capsys.readouterr().err
@@ -140,8 +140,8 @@ def test_a_refusal_of_the_service_names_the_file_and_line_before_anything_is_tau
                                       locations=[["body", "examples", 2, "state"]])
         return {"valid": True}
 
-    monkeypatch.setattr("decide.cli.teaching.Client.check_teaching", check)
-    monkeypatch.setattr("decide.cli.teaching.Client.teach",
+    monkeypatch.setattr("decide.client.sync.Client.check_teaching", check)
+    monkeypatch.setattr("decide.client.sync.Client.teach",
                         lambda *args, **kwargs: taught.append(args))
     assert main(["teach", str(path), "--url", "http://127.0.0.1:9"]) == 1
     error = capsys.readouterr().err
