@@ -195,9 +195,10 @@ def fit_readout(taught_id: str, hidden: np.ndarray, labels: Sequence[int],
     ``middle`` and ``slot`` are, recorded in a readout that reads one."""
     token = regression.BETWEEN_FITS.set(between)
     try:
-        fitted = _fit_readout(taught_id, hidden, labels, answers, ordinal=ordinal,
-                              zero_shot=zero_shot, model_identity=model_identity, use=use,
-                              states=states, middle=middle, slot=slot)
+        with regression.kept_bases():
+            fitted = _fit_readout(taught_id, hidden, labels, answers, ordinal=ordinal,
+                                  zero_shot=zero_shot, model_identity=model_identity, use=use,
+                                  states=states, middle=middle, slot=slot)
     finally:
         regression.BETWEEN_FITS.reset(token)
     if middle is None or layer is None:

@@ -10,7 +10,9 @@ the same weights.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 
 import numpy as np
@@ -26,7 +28,8 @@ FOLDS = 5
 MIN_SCALE = 1e-6
 MAX_ITERATIONS = 500
 GRADIENT_TOLERANCE = 1e-5
-"""L-BFGS-B stops where no component of the loss's gradient over all the weights exceeds this
+"""L-BFGS-B stops where no component of the loss's gradient over all the parameters (the
+weights over the features, the biases or thresholds) exceeds this
 (scipy's default ``gtol``), or where an iteration lowers the loss by less than its ``ftol``."""
 
 BETWEEN_FITS: ContextVar[Callable[[], None] | None] = ContextVar("between_fits", default=None)
@@ -156,20 +159,37 @@ def row_space(z: np.ndarray) -> np.ndarray | None:
     ``minimised`` keeps the stopping rule, so the weights are the features' own fit's."""
     if len(z) >= z.shape[1]:
         return None
-    key = (z.shape, hashlib.blake2b(z.tobytes(), digest_size=16).digest())
-    basis = _BASES.get(key)
-    if basis is None:
-        basis = np.linalg.svd(z, full_matrices=False)[2]
-        if len(_BASES) >= BASES_KEPT:
-            _BASES.clear()
-        _BASES[key] = basis
+    kept = BASES.get()
+    key = None if kept is None else hashlib.blake2b(z.tobytes(), digest_size=16).digest()
+    if kept is not None and (z.shape, key) in kept:
+        kept.move_to_end((z.shape, key))
+        return kept[(z.shape, key)]
+    basis = np.linalg.svd(z, full_matrices=False)[2]
+    basis.flags.writeable = False
+    if kept is not None:
+        kept[(z.shape, key)] = basis
+        while len(kept) > BASES_KEPT:
+            kept.popitem(last=False)
     return basis
 
 
-BASES_KEPT = 64
-"""Bases kept by the examples' bytes: a fold's examples are fitted once for each penalty (the
-basis was a twentieth of a 20-example fit's CPU, made 13 times over)."""
-_BASES: dict[tuple[tuple[int, ...], bytes], np.ndarray] = {}
+BASES_KEPT = FOLDS + 1
+"""Bases a fit keeps, the most recently used: each penalty fits the same folds in turn, so a
+fold's basis is made once for its 13 penalties (it was a twentieth of a 20-example fit's
+CPU). Kept by the examples' bytes, only while ``kept_bases`` lasts (``fit.fit_readout``): at
+most a few folds' rows in memory, and nothing once the fit ends."""
+BASES: ContextVar[OrderedDict[tuple[tuple[int, ...], bytes], np.ndarray] | None] = ContextVar(
+    "bases", default=None)
+
+
+@contextmanager
+def kept_bases() -> Iterator[None]:
+    """``row_space``'s bases kept for the span of the block (one fit)."""
+    token = BASES.set(OrderedDict())
+    try:
+        yield
+    finally:
+        BASES.reset(token)
 
 
 def in_features(weights: np.ndarray, basis: np.ndarray | None) -> np.ndarray:

@@ -63,3 +63,7 @@ def __getattr__(name: str) -> Any:
     if name in CLIENT_MODULES:
         return getattr(importlib.import_module(CLIENT_MODULES[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *CLIENT_MODULES})

@@ -56,3 +56,19 @@ def test_more_examples_than_features_are_fitted_in_the_features():
     x, _ = few_examples_many_features(12, 2, seed=7)
     assert regression.row_space(x[:, :8]) is None
     assert regression.row_space(x).shape == (12, 640)
+
+
+def test_a_fit_makes_each_folds_basis_once_and_keeps_none_after(monkeypatch):
+    """Within ``kept_bases`` (a fit) the 13 penalties share each fold's basis; outside it
+    nothing is kept, so no examples' rows stay in memory after a fit."""
+    x, y = few_examples_many_features(20, 2, seed=11)
+    made = []
+    svd = np.linalg.svd
+    monkeypatch.setattr(np.linalg, "svd", lambda *a, **k: made.append(1) or svd(*a, **k))
+    with regression.kept_bases():
+        regression.choose_penalty(x, y, 2, ordinal=False)
+        assert len(regression.BASES.get()) <= regression.BASES_KEPT
+    assert len(made) == regression.FOLDS
+    assert regression.BASES.get() is None
+    regression.choose_penalty(x, y, 2, ordinal=False)
+    assert len(made) == regression.FOLDS * (1 + len(regression.PENALTIES))
