@@ -58,22 +58,18 @@ def main() -> None:
         same = 0
         for rows in by_question.values():
             taught = first_per_answer([{**row, "answer": row["y"]} for row in rows], size)
+            found = {}
+            for way, space in (("row space", row_space), ("features", lambda z: None)):
+                regression.row_space = space
+                spent, found[way] = timed_fit(taught)
+                seconds[way] += spent
             regression.row_space = row_space
-            seconds["row space"], reduced = _added(seconds["row space"], taught)
-            regression.row_space = lambda z: None
-            seconds["features"], full = _added(seconds["features"], taught)
-            regression.row_space = row_space
-            same += reduced == full
+            same += found["row space"] == found["features"]
         print(f"{size:<6}{seconds['row space']:>10.1f}s{seconds['features']:>10.1f}s"
               f"{seconds['features'] / seconds['row space']:>7.2f}x  "
               f"{same} of {len(by_question)}")
     print(f"command: .venv/bin/python benchmarks/fit_speed.py --set {args.set} --sizes "
           + " ".join(map(str, args.sizes)))
-
-
-def _added(total: float, rows) -> tuple[float, tuple]:
-    seconds, figures = timed_fit(rows)
-    return total + seconds, figures
 
 
 if __name__ == "__main__":
