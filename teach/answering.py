@@ -206,7 +206,7 @@ def check_examples(raw: Any, question: Question, *, labelled: int,
 
 def check_readable(ctx: ApiContext, model: str) -> None:
     """A model whose hidden state cannot be recovered cannot be taught (422 at ``model``)."""
-    # numpy and gguf's readers (0.1 s of a front door's start) load with the first teaching
+    # gguf's tensor readers (and yaml with them) load with the first teaching, not at start
     from decide.llm.hidden import HiddenProjection, HiddenStateUnavailable
 
     config = ctx.catalog.get(model)

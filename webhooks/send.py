@@ -28,10 +28,10 @@ from standardwebhooks.webhooks import Webhook
 
 from decide.transport.name_lookup import lookup_slots, resolve_host, resolve_within
 from decide.webhooks.outbox import Try
+from decide.webhooks.urls import RefusedUrl, WebhookPolicy, check_url
 
 if TYPE_CHECKING:
     import httpx
-from decide.webhooks.urls import RefusedUrl, WebhookPolicy, check_url
 
 USER_AGENT = "decide-webhooks/1"
 
@@ -64,7 +64,7 @@ class Sender:
     def _http(self) -> httpx.Client:
         """Made at the first send: its TLS context costs a fifth of a second of CPU, at every
         start of a front door and a worker, most of which never send a webhook; httpx itself
-        is imported then too (a fifth of a second more)."""
+        is imported then too (with rich and pygments, which its own command line brings)."""
         import httpx
 
         if self._client is None:
