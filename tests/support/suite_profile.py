@@ -3,7 +3,7 @@
 Record a run (any selection; the first stage of ``make test`` here), then summarise it:
 
     .venv/bin/python -m pytest -p tests.support.suite_profile --suite-profile=/tmp/profile \\
-        -n 4 --dist loadfile --no-loadscope-reorder -m "not serial" -q
+        -n 3 --dist loadfile --no-loadscope-reorder -m "not serial" -q
     .venv/bin/python -m tests.support.suite_profile /tmp/profile
 
 and, from a first stage run as ``make test`` runs it, ``--file-seconds tests/file_seconds.json``
