@@ -47,10 +47,7 @@ lint: install
 # The few that measure a latency against a bound (the `serial` marker) run after the others,
 # alone, so that what they time is the service; only the files that mark one are collected
 # for them (collecting all 150 files took 3.4 s more).
-# Four processes on 2 cores: while one or two wait on a fault (a worker's liveness window, a
-# stalled Redis), the others keep both cores busy (first stage 481 s, 99% busy, against 500
-# and 525 s, 94 and 95% busy, with three; Intel Xeon, 2026-12-07).
-TEST_PROCESSES ?= 4
+TEST_PROCESSES ?= 3
 SERIAL_FILES = $(sort $(shell grep -rl --include='test_*.py' 'pytest.mark.serial' tests))
 test: lint
 	$(PY) -m tests.preflight
