@@ -175,11 +175,12 @@ def timed_outcome(call) -> tuple[float, str]:
     return time.perf_counter() - started, outcome
 
 
-@serial
 def test_every_redis_call_of_a_process_gives_up_within_a_second_of_a_stall(own_redis):
     """The broker's sends, lane reads, pings and the per-minute window's storage: the first
     call into a stall waits its one-second timeout, the next ones fail at once (the breaker
-    they share), and a few seconds after the stall everything answers again."""
+    they share), and a few seconds after the stall everything answers again. Not ``serial``:
+    it waits on sockets, not the CPU (beside three processes decoding: the first call 1.002
+    to 1.006 s, the next ones under 0.5 ms)."""
     broker = Broker(own_redis.url)
     window = SlidingWindowCounterRateLimiter(
         storage_from_string(own_redis.url, **broker.client_options()))
@@ -204,11 +205,11 @@ def test_every_redis_call_of_a_process_gives_up_within_a_second_of_a_stall(own_r
     assert broker.redis.llen("decide.m.foreground") >= 2  # the send before and the one after
 
 
-@serial
 def test_a_listener_tells_a_stalled_redis_within_seconds_and_its_return(own_redis):
     """A stalled Redis keeps the subscription's socket open and says nothing: the listener
     pings a quiet connection, says it is not subscribed (waiters poll) within about two
-    seconds, and subscribed again once Redis answers."""
+    seconds, and subscribed again once Redis answers. Not ``serial``, as the test above
+    (beside three processes decoding it told the stall in 1.96 to 1.98 s)."""
     changes: list[tuple[float, bool]] = []
     heard: list[str] = []
     listener = ChannelListener(own_redis.url, "finished", heard.append,
