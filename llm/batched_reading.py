@@ -44,6 +44,8 @@ class BatchedReading:
     def _between_batches(self, before_row: Callable[[], None] | None
                          ) -> Callable[[], None] | None: ...
     def _tap(self) -> MiddleTap | None: ...
+    def _needed(self) -> int | None: ...
+    def _grown(self, context: LlamaContext) -> bool: ...
 
     def _batched_labels(self) -> LlamaContext:
         """The batched plan's context for label rows: on a CPU many sequences without flash
@@ -56,7 +58,9 @@ class BatchedReading:
             self._multi_labels = LlamaContext(self.model, cells=self.context_size + SPARE_CELLS,
                                               threads=self.threads, batch_size=self.batch_size,
                                               sequences=OPTION_SEQUENCES, flash_attention=False,
-                                              tap=self._tap())
+                                              tap=self._tap(), needed=self._needed())
+        else:
+            self._grown(self._multi_labels)
         return self._multi_labels
 
     def _decode_batches(self, context: LlamaContext, batches: Sequence[Batch], *, used: int,

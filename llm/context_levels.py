@@ -27,6 +27,7 @@ import llama_cpp
 
 from decide.core.rows import Row
 from decide.llm.batched import entries
+from decide.llm.batched_reading import OPTION_SEQUENCES, SPARE_CELLS
 from decide.llm.gguf import GgufModel
 from decide.llm.llama_context import LlamaContext
 from decide.llm.log_softmax import LogSoftmax
@@ -71,20 +72,37 @@ class ContextLevels:
         self.depth = 0
         self.tapped = False
         """Whether the read in progress decodes in the tapped family."""
+        self._needs: list[int] = []
 
     @contextmanager
-    def entered(self, tapped: bool = False) -> Iterator[None]:
-        """One read: the next level while it runs, in the tapped family if ``tapped``."""
+    def entered(self, tapped: bool = False, need: int = 0) -> Iterator[None]:
+        """One read: the next level while it runs, in the tapped family if ``tapped``; its
+        contexts hold at least ``need`` cells (``llm.context_growth``)."""
         self.depth += 1
         outer, self.tapped = self.tapped, tapped
         family = self._families[tapped]
         while len(family) < min(self.depth, LEVELS):
             family.append(ContextLevel())
         try:
-            yield
+            with self.needing(need):
+                yield
         finally:
             self.depth -= 1
             self.tapped = outer
+
+    @contextmanager
+    def needing(self, need: int) -> Iterator[None]:
+        """While it runs, the contexts the reader hands out hold at least ``need`` cells."""
+        self._needs.append(need)
+        try:
+            yield
+        finally:
+            self._needs.pop()
+
+    @property
+    def need(self) -> int:
+        """The cells the read in progress needs (0 outside any)."""
+        return self._needs[-1] if self._needs else 0
 
     @property
     def current(self) -> ContextLevel:
@@ -112,14 +130,18 @@ class LevelledContexts:
 
     _levels: ContextLevels
     model: GgufModel
+    context_size: int
+    threads: int
+    batch_size: int
+    gpu_offload: int
+    _grows: bool
+    """Whether contexts start small and grow by need (``llm.context_growth``)."""
 
     batched: bool
     packed: bool
     _packing_checked: bool
 
     def _check_packing(self) -> None: ...
-    def _labels(self) -> LlamaContext: ...
-    def _options(self) -> LlamaContext: ...
     _batched_labels: Callable[[], LlamaContext]
     """``BatchedReading``'s (declared, not stubbed: a stub here would shadow it)."""
     def _ensure_prefix(self, context: LlamaContext, prefix: tuple[int, ...],
@@ -127,6 +149,42 @@ class LevelledContexts:
     def _decode(self, context: LlamaContext, tokens: Sequence[int], *, start: int,
                 between: Callable[[], None] | None = None) -> None: ...
     def _drop_piece(self) -> None: ...
+
+    def _labels(self) -> LlamaContext:
+        """The one-sequence context: label rows, and option rows on a GPU."""
+        level = self._levels.current
+        if level.single is None:
+            # Measured on CPU: flash attention makes the short suffix batches about 25% slower
+            # and the 512-token prompt batches no faster (see BENCHMARKS.md).
+            level.single = LlamaContext(self.model, cells=self.context_size,
+                                        threads=self.threads, batch_size=self.batch_size,
+                                        sequences=1,
+                                        flash_attention=False if self.gpu_offload == 0 else None,
+                                        tap=self._tap(), needed=self._needed())
+        elif self._grown(level.single):
+            level.piece = level.piece_next = None  # its cells went with the cache
+        return level.single
+
+    def _options(self) -> LlamaContext:
+        """The packed context: flash attention, many sequences (``llm.packing``)."""
+        level = self._levels.current
+        if level.multi is None:
+            level.multi = LlamaContext(self.model, cells=self.context_size + SPARE_CELLS,
+                                       threads=self.threads, batch_size=self.batch_size,
+                                       sequences=OPTION_SEQUENCES, flash_attention=True,
+                                       tap=self._tap(), needed=self._needed())
+        else:
+            self._grown(level.multi)
+        return level.multi
+
+    def _needed(self) -> int | None:
+        """What a new context must hold: the read in progress's need, where this model's
+        contexts grow by need (``llm.context_growth``); None (the whole window) elsewhere."""
+        return self._levels.need if self._grows else None
+
+    def _grown(self, context: LlamaContext) -> bool:
+        """Grow ``context`` to what the read in progress needs; whether it was made again."""
+        return self._grows and context.fit(self._levels.need)
 
     def _slots_left(self, prefix: tuple[int, ...], rows: Sequence[Row], exact: bool,
                     slot_middle: dict[int, list[float]]) -> None:

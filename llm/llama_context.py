@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import llama_cpp
 import numpy as np
 
+from decide.llm.context_growth import cells_for
 from decide.llm.gguf import GgufModel
 from decide.llm.middle_tap import MiddleTap
 
@@ -23,30 +24,20 @@ class LlamaContext:
 
     def __init__(self, model: GgufModel, *, cells: int, threads: int, batch_size: int,
                  sequences: int, flash_attention: bool | None,
-                 tap: MiddleTap | None = None) -> None:
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = cells
-        params.n_batch = params.n_ubatch = batch_size
-        params.n_seq_max = sequences
-        params.n_threads = params.n_threads_batch = threads
-        params.swa_full = True
-        if flash_attention is not None:
-            params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention
-                                      else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
-        params.kv_unified = True
-        params.no_perf = True
-        if tap is not None:
-            params.cb_eval = tap.callback
-        context = llama_cpp.llama_init_from_model(model.pointer, params)
-        if not context:
-            raise DecodeError(f"model {model.name!r}: llama.cpp could not create a context of "
-                              f"{cells} tokens")
-        self.pointer = context
-        self.memory = llama_cpp.llama_get_memory(context)
-        self.cells = llama_cpp.llama_n_ctx(context)
+                 tap: MiddleTap | None = None, needed: int | None = None) -> None:
+        """``cells``: the most the cache may hold (the model's window). It is made to hold
+        ``needed`` cells (``llm.context_growth.cells_for``; all of them where None) and grows
+        by ``fit``."""
+        self.limit = cells
+        self._model = model
+        self._threads = threads
+        self._flash_attention = flash_attention
         self.sequences = sequences
         self.batch_size = batch_size
         self.vocab_size = model.vocab_size
+        self.tap = tap
+        self.pointer = None
+        self._make(cells if needed is None else cells_for(needed, cells))
         self.batch = llama_cpp.llama_batch_init(batch_size, 0, sequences)
         self.tokens = np.ctypeslib.as_array(self.batch.token, shape=(batch_size,))
         self.positions = np.ctypeslib.as_array(self.batch.pos, shape=(batch_size,))
@@ -57,10 +48,45 @@ class LlamaContext:
         self.seq_counts[:] = 1
         for row in self.seq_ids:
             row[0] = 0
+
+    def _make(self, cells: int) -> None:
+        """(Re)make the llama.cpp context with ``cells`` cells, its cache empty."""
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = cells
+        params.n_batch = params.n_ubatch = self.batch_size
+        params.n_seq_max = self.sequences
+        params.n_threads = params.n_threads_batch = self._threads
+        params.swa_full = True
+        if self._flash_attention is not None:
+            params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+                                      if self._flash_attention
+                                      else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        params.kv_unified = True
+        params.no_perf = True
+        if self.tap is not None:
+            params.cb_eval = self.tap.callback
+        context = llama_cpp.llama_init_from_model(self._model.pointer, params)
+        if not context:
+            raise DecodeError(f"model {self._model.name!r}: llama.cpp could not create a "
+                              f"context of {cells} tokens")
+        self.pointer = context
+        self.memory = llama_cpp.llama_get_memory(context)
+        self.cells = llama_cpp.llama_n_ctx(context)
         self.prefix: tuple[int, ...] | None = None
-        self.tap = tap
         self.prefix_middle: list[float] | None = None
         """The cached prefix's mean at the tap's layer (a tapped context only)."""
+
+    def fit(self, needed: int) -> bool:
+        """Make the context again, larger, where it holds too few cells for a read that needs
+        ``needed`` (``llm.context_growth.cells_for``, at most ``limit``); its cache is then
+        empty. Whether it was made again."""
+        wanted = cells_for(needed, self.limit)
+        if wanted <= self.cells:
+            return False
+        llama_cpp.llama_free(self.pointer)
+        self.pointer = None
+        self._make(wanted)
+        return True
 
     def clear(self) -> None:
         """Drop every cell. Only the cache's bookkeeping is reset (``data=False``): zeroing the
@@ -98,7 +124,9 @@ class LlamaContext:
         return np.ctypeslib.as_array(pointer, shape=(self.vocab_size,))
 
     def close(self) -> None:
-        if self.pointer:
+        if self.batch is not None:
             llama_cpp.llama_batch_free(self.batch)
+            self.batch = None
+        if self.pointer:
             llama_cpp.llama_free(self.pointer)
             self.pointer = None

@@ -43,7 +43,8 @@ import llama_cpp
 import numpy as np
 
 from decide.core.rows import Row
-from decide.llm.batched_reading import OPTION_SEQUENCES, SPARE_CELLS, BatchedReading
+from decide.llm.batched_reading import BatchedReading
+from decide.llm.context_growth import grows_by_need, read_need
 from decide.llm.context_levels import ContextLevels, LevelledContexts
 from decide.llm.gguf import GgufModel
 from decide.llm.hidden import HiddenProjection
@@ -89,6 +90,7 @@ class LlamaReader(LevelledContexts, BatchedReading, TogetherReading):
         self._grouped_outputs = self.packed and output_rows_grouped(
             model.path, x86_64=platform.machine().lower() in ("x86_64", "amd64"))
         self._levels = ContextLevels()
+        self._grows = grows_by_need(model.path)
         """The contexts, a set per level of nesting (``llm.context_levels``)."""
         self.tokens_decoded = 0
         """Tokens of prefixes and rows fed to llama.cpp since load (prefixes reused from the
@@ -96,29 +98,6 @@ class LlamaReader(LevelledContexts, BatchedReading, TogetherReading):
         self.tokens_padded = 0
         """Padding tokens the packing rule added to complete a batch."""
         self._projection: HiddenProjection | None = None
-
-    def _labels(self) -> LlamaContext:
-        """The one-sequence context: label rows, and option rows on a GPU."""
-        level = self._levels.current
-        if level.single is None:
-            # Measured on CPU: flash attention makes the short suffix batches about 25% slower
-            # and the 512-token prompt batches no faster (see BENCHMARKS.md).
-            level.single = LlamaContext(self.model, cells=self.context_size,
-                                        threads=self.threads, batch_size=self.batch_size,
-                                        sequences=1,
-                                        flash_attention=False if self.gpu_offload == 0 else None,
-                                        tap=self._tap())
-        return level.single
-
-    def _options(self) -> LlamaContext:
-        """The packed context: flash attention, many sequences (``llm.packing``)."""
-        level = self._levels.current
-        if level.multi is None:
-            level.multi = LlamaContext(self.model, cells=self.context_size + SPARE_CELLS,
-                                       threads=self.threads, batch_size=self.batch_size,
-                                       sequences=OPTION_SEQUENCES, flash_attention=True,
-                                       tap=self._tap())
-        return level.multi
 
     reads_middle = True  # ``read`` reports a middle layer (``middle``, ``slot_middle``)
 
@@ -136,7 +115,7 @@ class LlamaReader(LevelledContexts, BatchedReading, TogetherReading):
         the hidden state at answer slots, ``middle`` the state's mean at a middle layer and
         ``slot_middle`` (row index →) that layer at answer slots, read as the rows decode
         (``llm.context_levels``: the read decodes in tapped contexts, same bits)."""
-        with self._levels.entered(tapped=middle is not None):
+        with self._levels.entered(tapped=middle is not None, need=read_need(prefix, rows)):
             slots = {} if middle is None or slot_middle is None else slot_middle
             if middle is not None:
                 middle.append(self._prefix_middle(tuple(prefix), rows, exact, before_row))
@@ -224,7 +203,8 @@ class LlamaReader(LevelledContexts, BatchedReading, TogetherReading):
 
         def packed(order: Sequence[Row]) -> list[list[float]]:
             found: list[list[float]] = [[] for _ in order]
-            self._read_packed(prefix, order, 0, len(order), found, None, {})
+            with self._levels.needing(read_need(prefix, rows)):
+                self._read_packed(prefix, order, 0, len(order), found, None, {})
             return found
 
         together = packed(rows)

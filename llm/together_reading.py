@@ -10,6 +10,7 @@ import numpy as np
 
 from decide.core.rows import Row
 from decide.llm.batched import cut, entries
+from decide.llm.context_growth import together_need
 from decide.llm.context_levels import ContextLevels
 from decide.llm.llama_context import LlamaContext
 from decide.llm.log_softmax import LogSoftmax
@@ -49,7 +50,7 @@ class TogetherReading:
             return [self.read(prefix, rows, before_row) for prefix, rows in reads]
         results: list[list[list[float]]] = [[[] for _ in rows] for _, rows in reads]
         alone: list[tuple[int, list[int]]] = []
-        with self._levels.entered(tapped=False):
+        with self._levels.entered(tapped=False, need=together_need(reads)):
             everything = [entries(rows) for _, rows in reads]
             for context, wanted in ((self._batched_labels(), True), (self._options(), False)):
                 chosen = [[index for index, entry in enumerate(request) if entry.is_label == wanted]

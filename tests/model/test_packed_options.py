@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-import decide.llm.reader as reader_module
+import decide.llm.batched_reading as batched_reading
 from decide.core.protocol import parse_request
 from decide.llm.llama_context import LlamaContext
 from decide.llm.packing import GROUP, LONG_PIECE, ROUND_TOKENS, UBATCH, rounds, split_row
@@ -85,7 +85,7 @@ def test_rows_across_rounds_read_as_each_alone(default_engine):
     reader = default_engine.reader
     together = reader.read(plan.prefix, plan.rows)
     cut = rounds([split_row(row.suffix, row.continuation) for row in plan.rows],
-                 seqs=reader_module.OPTION_SEQUENCES - 2, cells=reader.context_size)
+                 seqs=batched_reading.OPTION_SEQUENCES - 2, cells=reader.context_size)
     assert len(cut) > 1
     edges = sorted({index for members in cut for index in (members[0], members[-1])})
     alone = {index: reader.read(plan.prefix, [plan.rows[index]])[0] for index in edges}
@@ -119,7 +119,7 @@ def test_option_rows_are_read_in_few_batches_that_keep_the_rule(default_engine, 
     before = reader.tokens_decoded
     reader.read(plan.prefix, plan.rows)
     split = [split_row(row.suffix, row.continuation) for row in plan.rows]
-    cut = rounds(split, seqs=reader_module.OPTION_SEQUENCES - 2, cells=reader.context_size)
+    cut = rounds(split, seqs=batched_reading.OPTION_SEQUENCES - 2, cells=reader.context_size)
     piece = len(split[0][0])
     prefixes = sum(len({split[index][1][:depth] for index in members
                         for depth in range(1, len(split[index][1]))}) for members in cut)

@@ -85,7 +85,7 @@ def test_a_request_too_large_for_a_round_is_read_alone_beside_the_others(default
     (a question piece each): that request is read by the one-request plan, the others
     together, each answer where it belongs. (Rounds hold 126 by default; 130 questions made
     the same case at four times the cost.)"""
-    monkeypatch.setattr("decide.llm.reader.OPTION_SEQUENCES", 24)
+    monkeypatch.setattr("decide.llm.context_levels.OPTION_SEQUENCES", 24)
     narrow = reader_beside(default_engine, batched=True)
     profile = option_readout(default_engine)
     _, engine = engines(default_engine, narrow, profile)
