@@ -1,11 +1,13 @@
 """Which batches move answers when requests are decoded together (issue 36, item 4).
 
-With the batched plan forced on the CPU, several requests decoded together answer up to 0.06
-away from the exact plan, one alone 0.0015 (tests/model/test_together.py). Each variant here
-keeps every request in one round (their states and rows in one cache), and cuts only the
-batches differently: the states shared or each request's in batches of its own, the rows
-likewise. It prints the largest probability difference against the exact plan over the
-project's batched-plan tickets and questions, each variant in the same run.
+With the batched plan forced on the CPU and a GPU's batches (as large as the context takes),
+several requests decoded together answered up to 0.06 away from the exact plan, one alone
+0.0015. Each variant here keeps every request in one round (their states and rows in one
+cache), and cuts only the batches differently: the states shared or each request's in batches
+of its own, the rows likewise; the last line is the CPU backend's own batches (each state
+alone, rows 48 at a time: ``llm.batched.CPU_BATCH``). It prints the largest probability
+difference against the exact plan over the project's batched-plan tickets and questions, each
+variant in the same run.
 
     .venv/bin/python benchmarks/together_batches_lab.py [--readout option|label]
 """
@@ -24,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from decide.config.settings import Settings
 from decide.core.profile import OPTION_READOUT, Profile
 from decide.core.protocol import parse_request
-from decide.llm import together_reading
+from decide.llm import batched_reading, together_reading
 from decide.llm.batched import cut
 from decide.llm.catalog import load_catalog
 from decide.llm.decoding import load_decoding_engine
@@ -88,16 +90,24 @@ def main() -> None:
             return current["round"]
 
         together_reading.together_round, together_reading.cut = remembered, round_cut
+        batched_reading.cut, batched.cpu_batches = round_cut, False
         try:
             found = batched_engine.decide_together(requests)
         finally:
             together_reading.together_round, together_reading.cut = plain_round, cut
+            batched_reading.cut, batched.cpu_batches = cut, True
         worst = max(compare(wanted, got.to_wire())[0] for wanted, got in zip(exact, found,
                                                                              strict=True))
         print(f"  {name:34s} {worst:.4f}")
+    batched.cpu_batches = False
     alone = max(compare(wanted, batched_engine.decide_together([request])[0].to_wire())[0]
                 for wanted, request in zip(exact, requests, strict=True))
+    batched.cpu_batches = True
     print(f"  {'each request alone':34s} {alone:.4f}")
+    own = max(compare(wanted, got.to_wire())[0] for wanted, got in zip(
+        exact, batched_engine.decide_together(requests), strict=True))
+    name = "the CPU backend's batches"
+    print(f"  {name:34s} {own:.4f}")
     print("reproduce: .venv/bin/python benchmarks/together_batches_lab.py "
           f"--readout {args.readout}")
     batched.close()

@@ -19,8 +19,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from decide.core.rows import Row
-from decide.llm.packing import Item, OptionTrie, round_items, split_row
+from decide.llm.packing import UBATCH, Item, OptionTrie, round_items, split_row
 
+CPU_BATCH = UBATCH
+"""The most tokens of rows a batch of this plan holds on the CPU backend (48, as the exact
+plan's packed batches). From 64 query rows on, llama.cpp's CPU flash attention takes another
+kernel (single-precision tiles, where fewer rows take each query alone in half precision), and
+its repacked matrix kernels take rows 16 at a time where they can: a batched plan whose
+batches crossed 64 measured the two attention kernels, not the two plans (rows of six requests
+together moved by up to 0.035 against exact; in batches of 48, 0.010:
+``tests/model/test_together.py``). A GPU's batches stay as large as the context takes."""
 ROUND_TOKENS = 4096
 """Tokens decoded per round at most (a single row beyond it makes a round of its own): each
 round asks ``before_row`` for its rows first, and the outermost read between its batches too
@@ -128,3 +136,13 @@ def cut(items: Sequence[Item], limit: int) -> list[tuple[Item, ...]]:
     """The round's items in batches of at most ``limit``, in order (each sequence's positions
     stay consecutive within and across batches)."""
     return [tuple(items[offset:offset + limit]) for offset in range(0, len(items), limit)]
+
+
+def cpu_cut(items: Sequence[Item]) -> list[tuple[Item, ...]]:
+    """The items in order in batches of ``CPU_BATCH``; a lone last token joins the batch
+    before it (still under 64 rows: a single query row over 512 cells takes yet another CPU
+    attention kernel, its cells split across threads)."""
+    batches = cut(items, CPU_BATCH)
+    if len(batches) > 1 and len(batches[-1]) == 1:
+        batches[-2:] = [batches[-2] + batches[-1]]
+    return batches

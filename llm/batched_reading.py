@@ -10,7 +10,14 @@ import llama_cpp
 import numpy as np
 
 from decide.core.rows import Row
-from decide.llm.batched import Entry, batched_rounds, cut, entries, round_plan
+from decide.llm.batched import (
+    Entry,
+    batched_rounds,
+    cpu_cut,
+    cut,
+    entries,
+    round_plan,
+)
 from decide.llm.gguf import GgufModel
 from decide.llm.llama_context import LlamaContext
 from decide.llm.log_softmax import LogSoftmax
@@ -34,6 +41,8 @@ class BatchedReading:
     tokens_decoded: int
     tokens_padded: int
     _grouped_outputs: bool
+    cpu_batches: bool
+    """The batched plans cut their batches for the CPU backend's kernels (``CPU_BATCH``)."""
     _multi_labels: LlamaContext | None
 
     def _options(self) -> LlamaContext: ...
@@ -62,6 +71,16 @@ class BatchedReading:
         else:
             self._grown(self._multi_labels)
         return self._multi_labels
+
+    def _row_batches(self, items: Sequence[Item], context: LlamaContext
+                     ) -> list[tuple[Item, ...]]:
+        """A round of the batched plans in batches: as large as the context takes on a GPU,
+        and in a CPU context without flash attention (label rows: the exact plan decodes each
+        one's tokens in one batch); in the CPU's flash-attention context under its tiling
+        (``llm.batched.CPU_BATCH``)."""
+        if self.cpu_batches and context.flash_attention:
+            return cpu_cut(items)
+        return cut(items, context.batch_size)
 
     def _decode_batches(self, context: LlamaContext, batches: Sequence[Batch], *, used: int,
                         start: int,
@@ -206,7 +225,7 @@ class BatchedReading:
                         slot_middle[row] = tap.row(in_batch)
 
             batches = [Batch(chunk, 0, tuple(item.output for item in chunk))
-                       for chunk in cut(round_.items, context.batch_size)]
+                       for chunk in self._row_batches(round_.items, context)]
             if tap is not None:
                 tap.arm()
             try:

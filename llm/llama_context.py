@@ -31,7 +31,8 @@ class LlamaContext:
         self.limit = cells
         self._model = model
         self._threads = threads
-        self._flash_attention = flash_attention
+        self.flash_attention = flash_attention
+        """As asked: on, off, or None (llama.cpp's choice)."""
         self.sequences = sequences
         self.batch_size = batch_size
         self.vocab_size = model.vocab_size
@@ -57,9 +58,9 @@ class LlamaContext:
         params.n_seq_max = self.sequences
         params.n_threads = params.n_threads_batch = self._threads
         params.swa_full = True
-        if self._flash_attention is not None:
+        if self.flash_attention is not None:
             params.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-                                      if self._flash_attention
+                                      if self.flash_attention
                                       else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         params.kv_unified = True
         params.no_perf = True

@@ -84,6 +84,8 @@ class LlamaReader(LevelledContexts, BatchedReading, TogetherReading):
         self.gpu_offload = gpu_offload
         self.batched = batched
         self.packed = gpu_offload == 0
+        self.cpu_batches = gpu_offload == 0
+        """The batched plans cut batches for the CPU's kernels (``llm.batched.CPU_BATCH``)."""
         """Option rows packed (CPU); on a GPU, or where this host's build breaks the batching
         rule (``_check_packing``), they are read one by one."""
         self._packing_checked = False

@@ -83,3 +83,21 @@ def test_a_group_is_filled_in_the_keys_turns_from_the_lane_it_was_taken_from():
     more = line.take_more(first[0], 3)
     assert [taken[2] for taken in [first, *more]] == ["alice-0", "bob-0", "alice-1", "alice-2"]
     assert len(line) == 2
+
+
+def test_the_cpu_backends_batches_stay_under_flash_attentions_tiling():
+    """``cpu_cut``: in order, 48 tokens a batch (the exact plan's), never 64 or more (where the
+    CPU's flash attention tiles in single precision), and no lone last token beside others (a
+    single query row over 512 cells takes yet another kernel)."""
+    from decide.llm.batched import CPU_BATCH, cpu_cut
+    from decide.llm.packing import TILED_ROWS, Item
+
+    assert CPU_BATCH == 48
+    for count in (0, 1, 2, 47, 48, 49, 50, 96, 97, 294, 1000):
+        items = [Item(token, token, (1,)) for token in range(count)]
+        batches = cpu_cut(items)
+        assert [item for batch in batches for item in batch] == items, count
+        assert all(len(batch) < TILED_ROWS for batch in batches), count
+        assert count < 2 or all(len(batch) > 1 for batch in batches), count
+        assert all(len(batch) == CPU_BATCH for batch in batches[:-2]), count
+    assert [len(batch) for batch in cpu_cut([Item(1, 1, (1,))] * 97)] == [48, 49]
