@@ -22,13 +22,15 @@ from decide.core.rows import Row
 from decide.llm.packing import UBATCH, Item, OptionTrie, round_items, split_row
 
 CPU_BATCH = UBATCH
-"""The most tokens of rows a batch of this plan holds on the CPU backend (48, as the exact
-plan's packed batches). From 64 query rows on, llama.cpp's CPU flash attention takes another
-kernel (single-precision tiles, where fewer rows take each query alone in half precision), and
-its repacked matrix kernels take rows 16 at a time where they can: a batched plan whose
+"""The most tokens a batch of this plan holds in the CPU backend's flash-attention context (its
+option rows; 48, as many as the exact plan's packed batches hold, a question piece over 48
+tokens apart, which the exact plan decodes in one batch). From 64 query rows on, llama.cpp's
+CPU flash attention takes another kernel (single-precision tiles, where fewer rows take each
+query alone in half precision, as in every batch of the exact plan): a batched plan whose
 batches crossed 64 measured the two attention kernels, not the two plans (rows of six requests
-together moved by up to 0.035 against exact; in batches of 48, 0.010:
-``tests/model/test_together.py``). A GPU's batches stay as large as the context takes."""
+together moved by 0.035 to 0.062 against exact; in batches of 48, by 0.010:
+``tests/model/test_together.py``). Label rows, read without flash attention on the CPU, keep
+batches as large as the context takes, as a GPU's do."""
 ROUND_TOKENS = 4096
 """Tokens decoded per round at most (a single row beyond it makes a round of its own): each
 round asks ``before_row`` for its rows first, and the outermost read between its batches too

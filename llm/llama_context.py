@@ -84,8 +84,12 @@ class LlamaContext:
         wanted = cells_for(needed, self.limit)
         if wanted <= self.cells:
             return False
+        # the old cache goes first (both at once could need twice the memory); where the new
+        # one cannot be made, the context holds none, and the next read tries again
         llama_cpp.llama_free(self.pointer)
-        self.pointer = None
+        self.pointer = self.memory = None
+        self.cells = 0
+        self.prefix = self.prefix_middle = None
         self._make(wanted)
         return True
 
@@ -95,7 +99,8 @@ class LlamaContext:
         attention masks every cell no sequence holds (flash attention skips them; otherwise
         exp(-inf) = 0, and 0 times a finite value adds exactly 0)."""
         self.prefix = self.prefix_middle = None
-        llama_cpp.llama_memory_clear(self.memory, False)
+        if self.memory is not None:
+            llama_cpp.llama_memory_clear(self.memory, False)
 
     @contextmanager
     def prefix_tapped(self) -> Iterator[None]:
@@ -114,6 +119,9 @@ class LlamaContext:
 
     def decode(self, count: int) -> int:
         """Decode the batch's first ``count`` tokens; llama.cpp's status (0: done)."""
+        if not self.pointer:
+            raise DecodeError(f"model {self._model.name!r}: no llama.cpp context (it could not "
+                              f"be made with {cells_for(0, self.limit)} cells or more)")
         self.batch.n_tokens = count
         return llama_cpp.llama_decode(self.pointer, self.batch)
 

@@ -90,7 +90,7 @@ class TogetherReading:
         """The round's states in batches of their own, before its rows: on a GPU together, as
         large as the context takes; on the CPU backend each state alone in the chunks the exact
         plan decodes a state in (its kernels follow the batch's size: several short states in
-        one batch moved answers by 0.035 against exact, each alone by 0.006)."""
+        one batch, over 64 tokens, moved answers by 0.035 against exact, each alone by 0.006)."""
         states = round_.items[:round_.states]
         if not self.cpu_batches:
             return cut(states, context.batch_size)

@@ -54,3 +54,28 @@ def test_grown_contexts_answer_with_the_bits_of_whole_window_ones(default_engine
     finally:
         for engine in engines:
             engine._reader.close()
+
+
+def test_a_context_that_cannot_grow_fails_the_read_and_the_next_one_tries_again(default_engine,
+                                                                               monkeypatch):
+    import llama_cpp
+
+    from decide.llm.llama_context import DecodeError, LlamaContext
+
+    context = LlamaContext(default_engine.model, cells=8192, threads=1, batch_size=64,
+                           sequences=1, flash_attention=False, needed=0)
+    try:
+        assert context.cells == 1024
+        with monkeypatch.context() as refused:
+            refused.setattr(llama_cpp, "llama_init_from_model", lambda *_: None)
+            with pytest.raises(DecodeError, match="could not create a context"):
+                context.fit(3000)
+        assert context.cells == 0 and context.prefix is None
+        context.clear()  # nothing to clear, and no freed cache touched
+        with pytest.raises(DecodeError, match=r"no llama\.cpp context"):
+            context.decode(1)  # an error, not a crash
+        assert context.fit(3000) and context.cells == 4096
+        context.tokens[0], context.positions[0], context.wants_logits[0] = 2, 0, 1
+        assert context.decode(1) == 0
+    finally:
+        context.close()
