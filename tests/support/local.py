@@ -128,6 +128,14 @@ class LocalCluster:
         return subprocess.Popen([*prefix, sys.executable, "-m", "decide", *args], env=self.env,
                                 stdout=log, stderr=subprocess.STDOUT)
 
+    def _free_port(self) -> int:
+        """A free port that is not the front door's: ``free_port`` only picks a number, which
+        the OS may hand out again until the front door binds it (a worker's metrics once took
+        the front door's port, and ``/ready`` polls got the metrics page's 200)."""
+        while (port := free_port()) == self.port:
+            pass
+        return port
+
     def start_worker(self, model: str | None = None, own_pid_namespace: bool = False,
                      clock_offset: str | None = None,
                      default_metrics_port: bool = False) -> subprocess.Popen:
@@ -144,7 +152,7 @@ class LocalCluster:
                        clock_offset)
         if own_pid_namespace:
             prefix = ("unshare", "--pid", "--mount-proc", "--kill-child", *prefix)
-        ports = () if default_metrics_port else ("--metrics-port", str(free_port()))
+        ports = () if default_metrics_port else ("--metrics-port", str(self._free_port()))
         process = self._spawn("worker", *ports, *(["--model", model] if model else []),
                               prefix=prefix)
         self.workers.append(process)
