@@ -53,7 +53,8 @@ class BatchedReading:
     def _between_batches(self, before_row: Callable[[], None] | None
                          ) -> Callable[[], None] | None: ...
     def _tap(self) -> MiddleTap | None: ...
-    def _needed(self) -> int | None: ...
+    def _new_context(self, cells: int, *, sequences: int,
+                     flash_attention: bool | None) -> LlamaContext: ...
     def _grown(self, context: LlamaContext) -> bool: ...
 
     def _batched_labels(self) -> LlamaContext:
@@ -64,10 +65,9 @@ class BatchedReading:
         if self.gpu_offload != 0:
             return self._options()
         if self._multi_labels is None:
-            self._multi_labels = LlamaContext(self.model, cells=self.context_size + SPARE_CELLS,
-                                              threads=self.threads, batch_size=self.batch_size,
-                                              sequences=OPTION_SEQUENCES, flash_attention=False,
-                                              tap=self._tap(), needed=self._needed())
+            self._multi_labels = self._new_context(self.context_size + SPARE_CELLS,
+                                                   sequences=OPTION_SEQUENCES,
+                                                   flash_attention=False)
         else:
             self._grown(self._multi_labels)
         return self._multi_labels

@@ -156,11 +156,9 @@ class LevelledContexts:
         if level.single is None:
             # Measured on CPU: flash attention makes the short suffix batches about 25% slower
             # and the 512-token prompt batches no faster (see BENCHMARKS.md).
-            level.single = LlamaContext(self.model, cells=self.context_size,
-                                        threads=self.threads, batch_size=self.batch_size,
-                                        sequences=1,
-                                        flash_attention=False if self.gpu_offload == 0 else None,
-                                        tap=self._tap(), needed=self._needed())
+            level.single = self._new_context(
+                self.context_size, sequences=1,
+                flash_attention=False if self.gpu_offload == 0 else None)
         elif self._grown(level.single):
             level.piece = level.piece_next = None  # its cells went with the cache
         return level.single
@@ -169,18 +167,21 @@ class LevelledContexts:
         """The packed context: flash attention, many sequences (``llm.packing``)."""
         level = self._levels.current
         if level.multi is None:
-            level.multi = LlamaContext(self.model, cells=self.context_size + SPARE_CELLS,
-                                       threads=self.threads, batch_size=self.batch_size,
-                                       sequences=OPTION_SEQUENCES, flash_attention=True,
-                                       tap=self._tap(), needed=self._needed())
+            level.multi = self._new_context(self.context_size + SPARE_CELLS,
+                                            sequences=OPTION_SEQUENCES, flash_attention=True)
         else:
             self._grown(level.multi)
         return level.multi
 
-    def _needed(self) -> int | None:
-        """What a new context must hold: the read in progress's need, where this model's
-        contexts grow by need (``llm.context_growth``); None (the whole window) elsewhere."""
-        return self._levels.need if self._grows else None
+    def _new_context(self, cells: int, *, sequences: int,
+                     flash_attention: bool | None) -> LlamaContext:
+        """A context of the current level, of at most ``cells`` cells: made as large as the
+        read in progress needs where this model's contexts grow by need
+        (``llm.context_growth``), else at once."""
+        return LlamaContext(self.model, cells=cells, threads=self.threads,
+                            batch_size=self.batch_size, sequences=sequences,
+                            flash_attention=flash_attention, tap=self._tap(),
+                            needed=self._levels.need if self._grows else None)
 
     def _grown(self, context: LlamaContext) -> bool:
         """Grow ``context`` to what the read in progress needs; whether it was made again."""
